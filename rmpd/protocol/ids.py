@@ -1,0 +1,75 @@
+"""Process and membership view identifiers (RMP paper, section 3.1).
+
+A process ID is the ``ip:port`` of the process's unicast UDP socket: unique across the internetwork and constant for
+the life of the process.  A membership view ID is the creator's process ID plus a counter that starts at the
+creator's clock in milliseconds and grows by one per view created, never faster than one per millisecond of uptime,
+so view IDs stay unique even when two groups hash to the same multicast address.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from typing import NamedTuple
+
+ProcessId = str
+"""``ip:port`` of a process's unicast socket, e.g. ``"127.0.0.1:7001"``."""
+
+
+def make_process_id(ip: str, port: int) -> ProcessId:
+    """Build a process ID, validating both halves."""
+    ipaddress.IPv4Address(ip)
+    if not 0 < port < 65536:
+        raise ValueError(f"port out of range: {port}")
+    return f"{ip}:{port}"
+
+
+def split_process_id(pid: ProcessId) -> tuple[str, int]:
+    """Return ``(ip, port)`` of a process ID; raises ValueError when it is not ``ip:port``."""
+    ip, sep, port_text = pid.rpartition(":")
+    if not sep or not port_text.isdigit():
+        raise ValueError(f"not a process ID (ip:port): {pid!r}")
+    port = int(port_text)
+    ipaddress.IPv4Address(ip)
+    if not 0 < port < 65536:
+        raise ValueError(f"port out of range in process ID: {pid!r}")
+    return ip, port
+
+
+class ViewId(NamedTuple):
+    """Membership view ID: creator process ID and the creator's view counter."""
+
+    creator: ProcessId
+    counter: int
+
+    def __str__(self) -> str:
+        return f"{self.creator}/{self.counter}"
+
+    @classmethod
+    def parse(cls, text: str) -> ViewId:
+        creator, sep, counter = text.rpartition("/")
+        if not sep or not counter.isdigit():
+            raise ValueError(f"not a view ID (ip:port/counter): {text!r}")
+        split_process_id(creator)
+        return cls(creator, int(counter))
+
+
+class ViewCounter:
+    """Hands out view IDs for one process.
+
+    The counter is seeded with the process's wall clock in ms at start; a new ID is refused (``None``) when it
+    would run ahead of one per millisecond of uptime.  Time is passed in: this module reads no clock.
+    """
+
+    def __init__(self, pid: ProcessId, start_wall_ms: int, start_now: float) -> None:
+        self.pid = pid
+        self._start_counter = start_wall_ms
+        self._start_now = start_now
+        self._next = start_wall_ms
+
+    def next_view_id(self, now: float) -> ViewId | None:
+        uptime_ms = int((now - self._start_now) * 1000)
+        if self._next > self._start_counter + uptime_ms:
+            return None
+        view = ViewId(self.pid, self._next)
+        self._next += 1
+        return view

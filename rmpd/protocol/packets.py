@@ -1,0 +1,481 @@
+"""The twelve RMP packet types (RMP paper, figure 4.1) and their wire codec.
+
+Wire format: a 4-byte header ``b"RM"``, a version byte and a packet-type byte, then one msgpack array holding the
+packet's fields in declaration order.  Every packet names the membership view it belongs to (packets that can be
+sent before the sender knows a view, List Change Request and Non Member Data, name the group instead or as well),
+so receivers filter packets of other views and hash collisions of group addresses do no harm.
+
+Decoding treats every byte as hostile: anything malformed, truncated, oversized, of an unknown version or type, or
+wrongly typed raises :class:`DecodeError` and nothing else, so the caller counts and drops it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, fields
+from enum import IntEnum
+from typing import Any, ClassVar
+
+import msgpack
+
+from .ids import ProcessId, ViewId, split_process_id
+from .qos import QoS
+
+MAGIC = b"RM"
+VERSION = 1
+HEADER_SIZE = 4
+MAX_DATAGRAM = 65507
+MAX_LIST = 4096
+"""Upper bound on any list inside a packet; longer lists are hostile."""
+
+DataId = tuple[ProcessId, int, QoS]
+"""Identity of a data packet: (source process, per-source sequence number, QoS)."""
+
+
+class DecodeError(ValueError):
+    """The one error remote bytes can raise: the datagram is not a valid RMP packet."""
+
+
+class PacketType(IntEnum):
+    DATA = 1
+    ACK = 2
+    CONFIRM = 3
+    NACK = 4
+    NEW_LIST = 5
+    LIST_CHANGE_REQUEST = 6
+    RECOVERY_START = 7
+    RECOVERY_VOTE = 8
+    RECOVERY_ACK_NEW_LIST = 9
+    RECOVERY_ABORT = 10
+    NON_MEMBER_DATA = 11
+    NON_MEMBER_ACK = 12
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Field kinds: each knows how to put a value on the wire and how to check and rebuild it from untrusted input.
+
+
+def _fail(what: str) -> DecodeError:
+    return DecodeError(what)
+
+
+def _int(v: Any) -> int:
+    if type(v) is not int:
+        raise _fail(f"expected int, got {type(v).__name__}")
+    return v
+
+
+def _uint(v: Any) -> int:
+    if type(v) is not int or v < 0:
+        raise _fail("expected unsigned int")
+    return v
+
+
+def _bool(v: Any) -> bool:
+    if type(v) is not bool:
+        raise _fail("expected bool")
+    return v
+
+
+def _str(v: Any) -> str:
+    if type(v) is not str or len(v) > 1024:
+        raise _fail("expected short str")
+    return v
+
+
+def _bytes(v: Any) -> bytes:
+    if type(v) is not bytes:
+        raise _fail("expected bytes")
+    return v
+
+
+_KNOWN_PIDS: set[str] = set()
+"""Process IDs already validated; bounded, since hostile senders can invent any number of them."""
+
+
+def _pid(v: Any) -> ProcessId:
+    if type(v) is str and v in _KNOWN_PIDS:
+        return v
+    v = _str(v)
+    try:
+        split_process_id(v)
+    except ValueError as exc:
+        raise _fail(str(exc)) from None
+    if len(_KNOWN_PIDS) >= 4096:
+        _KNOWN_PIDS.clear()
+    _KNOWN_PIDS.add(v)
+    return v
+
+
+def _view_dec(v: Any) -> ViewId:
+    if type(v) is not list or len(v) != 2:
+        raise _fail("expected view [creator, counter]")
+    return ViewId(_pid(v[0]), _uint(v[1]))
+
+
+def _view_enc(v: ViewId) -> list:
+    return [v.creator, v.counter]
+
+
+def _qos_dec(v: Any) -> QoS:
+    try:
+        return QoS.from_code(_uint(v))
+    except ValueError as exc:
+        raise _fail(str(exc)) from None
+
+
+def _list(v: Any) -> list:
+    if type(v) is not list or len(v) > MAX_LIST:
+        raise _fail("expected bounded list")
+    return v
+
+
+def _ids_dec(v: Any) -> tuple[DataId, ...]:
+    out = []
+    for item in _list(v):
+        if type(item) is not list or len(item) != 3:
+            raise _fail("expected data id [src, seq, qos]")
+        out.append((_pid(item[0]), _uint(item[1]), _qos_dec(item[2])))
+    return tuple(out)
+
+
+def _ids_enc(v: tuple[DataId, ...]) -> list:
+    return [[s, q, qos.code()] for s, q, qos in v]
+
+
+def _uints_dec(v: Any) -> tuple[int, ...]:
+    return tuple(_uint(x) for x in _list(v))
+
+
+def _pids_dec(v: Any) -> tuple[ProcessId, ...]:
+    return tuple(_pid(x) for x in _list(v))
+
+
+def _seqs_dec(v: Any) -> tuple[tuple[ProcessId, int], ...]:
+    out = []
+    for item in _list(v):
+        if type(item) is not list or len(item) != 2:
+            raise _fail("expected [pid, seq]")
+        out.append((_pid(item[0]), _uint(item[1])))
+    return tuple(out)
+
+
+def _pairs_enc(v: tuple[tuple[Any, int], ...]) -> list:
+    return [list(p) for p in v]
+
+
+def _members_dec(v: Any) -> tuple[tuple[ProcessId, bool], ...]:
+    out = []
+    for item in _list(v):
+        if type(item) is not list or len(item) != 2:
+            raise _fail("expected member [pid, multicast_capable]")
+        out.append((_pid(item[0]), _bool(item[1])))
+    if not out:
+        raise _fail("empty member list")
+    return tuple(out)
+
+
+def _locks_dec(v: Any) -> tuple[tuple[int, ProcessId], ...]:
+    out = []
+    for item in _list(v):
+        if type(item) is not list or len(item) != 2:
+            raise _fail("expected lock [number, holder]")
+        out.append((_uint(item[0]), _pid(item[1])))
+    return tuple(out)
+
+
+def _optional(dec: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    return lambda v: None if v is None else dec(v)
+
+
+def _ident(v: Any) -> Any:
+    return v
+
+
+# kind name -> (encode, decode)
+_KINDS: dict[str, tuple[Callable[[Any], Any], Callable[[Any], Any]]] = {
+    "int": (_ident, _int),
+    "uint": (_ident, _uint),
+    "bool": (_ident, _bool),
+    "str": (_ident, _str),
+    "bytes": (_ident, _bytes),
+    "pid": (_ident, _pid),
+    "opt_pid": (_ident, _optional(_pid)),
+    "opt_uint": (_ident, _optional(_uint)),
+    "opt_str": (_ident, _optional(_str)),
+    "opt_bytes": (_ident, _optional(_bytes)),
+    "view": (_view_enc, _view_dec),
+    "opt_view": (lambda v: None if v is None else _view_enc(v), _optional(_view_dec)),
+    "qos": (lambda q: q.code(), _qos_dec),
+    "ids": (_ids_enc, _ids_dec),
+    "uints": (list, _uints_dec),
+    "pids": (list, _pids_dec),
+    "seqs": (_pairs_enc, _seqs_dec),
+    "members": (_pairs_enc, _members_dec),
+    "locks": (_pairs_enc, _locks_dec),
+}
+
+
+class Packet:
+    """Base of all packet classes.  ``KINDS`` gives each field's wire kind, in field order."""
+
+    TYPE: ClassVar[PacketType]
+    KINDS: ClassVar[tuple[str, ...]]
+    view: ViewId | None
+
+
+@dataclass(frozen=True, slots=True)
+class Data(Packet):
+    """Data to the group from a member, identified by (src, seq, qos)."""
+
+    view: ViewId
+    src: ProcessId
+    seq: int
+    qos: QoS
+    handler: int | None
+    payload: bytes
+    TYPE: ClassVar[PacketType] = PacketType.DATA
+    KINDS: ClassVar[tuple[str, ...]] = ("view", "pid", "uint", "qos", "opt_uint", "bytes")
+
+    @property
+    def data_id(self) -> DataId:
+        return (self.src, self.seq, self.qos)
+
+
+@dataclass(frozen=True, slots=True)
+class Ack(Packet):
+    """Orders ``ids`` at timestamps ts+1.. and passes the token to ``next_site``.
+
+    ``quiet`` counts consecutive NULL ACKs ending with this one, so the ring can pass the token once round after
+    the last ordered packet and then stop.
+    """
+
+    view: ViewId
+    src: ProcessId
+    ts: int
+    next_site: ProcessId
+    quiet: int
+    ids: tuple[DataId, ...]
+    TYPE: ClassVar[PacketType] = PacketType.ACK
+    KINDS: ClassVar[tuple[str, ...]] = ("view", "pid", "uint", "pid", "uint", "ids")
+
+    @property
+    def last_ts(self) -> int:
+        return self.ts + len(self.ids)
+
+
+@dataclass(frozen=True, slots=True)
+class Confirm(Packet):
+    """Unicast to the previous token site: the token passed by its ACK at ``ts`` was accepted."""
+
+    view: ViewId
+    src: ProcessId
+    ts: int
+    TYPE: ClassVar[PacketType] = PacketType.CONFIRM
+    KINDS: ClassVar[tuple[str, ...]] = ("view", "pid", "uint")
+
+
+@dataclass(frozen=True, slots=True)
+class Nack(Packet):
+    """Asks ``target`` (or anyone when None) to resend the packets at ``missing`` timestamps.
+
+    ``upto`` is the requester's highest consecutive timestamp; when ``tail`` is set the target also resends what it
+    holds beyond the highest timestamp the requester knows of (``known``), which recovers a lost last ACK.
+    ``data`` names data packets by (src, seq) that the requester knows exist but has not seen ordered.
+    """
+
+    view: ViewId
+    src: ProcessId
+    target: ProcessId | None
+    upto: int
+    known: int
+    tail: bool
+    missing: tuple[int, ...]
+    data: tuple[tuple[ProcessId, int], ...]
+    TYPE: ClassVar[PacketType] = PacketType.NACK
+    KINDS: ClassVar[tuple[str, ...]] = ("view", "pid", "opt_pid", "uint", "uint", "bool", "uints", "seqs")
+
+
+@dataclass(frozen=True, slots=True)
+class NewList(Packet):
+    """A new membership view, ordered at ``ts`` and acting as its own ACK (it passes the token to ``next_site``).
+
+    ``view`` is the view the packet is ordered in; ``new_view`` and ``members`` (pid, multicast capable) the view
+    it installs; ``seqs`` the highest ordered sequence number per source (members and non-members), which a
+    joiner needs; ``locks`` the lock table (lock number, holder).  ``request`` names the List Change Request it
+    answers (src, request id) and ``granted`` whether the change was made.
+    """
+
+    view: ViewId
+    src: ProcessId
+    ts: int
+    next_site: ProcessId
+    group: str
+    new_view: ViewId
+    members: tuple[tuple[ProcessId, bool], ...]
+    seqs: tuple[tuple[ProcessId, int], ...]
+    locks: tuple[tuple[int, ProcessId], ...]
+    min_partition: int
+    request_src: ProcessId | None
+    request_id: int | None
+    granted: bool
+    address: str | None
+    TYPE: ClassVar[PacketType] = PacketType.NEW_LIST
+    KINDS: ClassVar[tuple[str, ...]] = (
+        "view", "pid", "uint", "pid", "str", "view", "members", "seqs", "locks", "uint",
+        "opt_pid", "opt_uint", "bool", "opt_str",
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class ListChangeRequest(Packet):
+    """Asks the token site to change the view: ``op`` is join, leave, lock or unlock (``arg`` = lock number)."""
+
+    group: str
+    view: ViewId | None
+    src: ProcessId
+    request_id: int
+    op: str
+    arg: int | None
+    multicast_capable: bool
+    min_partition: int
+    ttl: int
+    TYPE: ClassVar[PacketType] = PacketType.LIST_CHANGE_REQUEST
+    KINDS: ClassVar[tuple[str, ...]] = ("str", "opt_view", "pid", "uint", "str", "opt_uint", "bool", "uint", "uint")
+
+
+@dataclass(frozen=True, slots=True)
+class RecoveryStart(Packet):
+    """Reformation poll: the initiator proposes ``members`` under ``version`` and the best known sync point."""
+
+    view: ViewId
+    src: ProcessId
+    version: int
+    members: tuple[ProcessId, ...]
+    sync_ts: int
+    sync_seqs: tuple[tuple[ProcessId, int], ...]
+    TYPE: ClassVar[PacketType] = PacketType.RECOVERY_START
+    KINDS: ClassVar[tuple[str, ...]] = ("view", "pid", "uint", "pids", "uint", "seqs")
+
+
+@dataclass(frozen=True, slots=True)
+class RecoveryVote(Packet):
+    """A member's answer to Recovery Start: its sync point and the highest version it has seen."""
+
+    view: ViewId
+    src: ProcessId
+    version: int
+    sync_ts: int
+    sync_seqs: tuple[tuple[ProcessId, int], ...]
+    TYPE: ClassVar[PacketType] = PacketType.RECOVERY_VOTE
+    KINDS: ClassVar[tuple[str, ...]] = ("view", "pid", "uint", "uint", "seqs")
+
+
+@dataclass(frozen=True, slots=True)
+class RecoveryAckNewList(Packet):
+    """Acknowledges the reformation's New List (first phase of the commit)."""
+
+    view: ViewId
+    src: ProcessId
+    version: int
+    new_view: ViewId
+    TYPE: ClassVar[PacketType] = PacketType.RECOVERY_ACK_NEW_LIST
+    KINDS: ClassVar[tuple[str, ...]] = ("view", "pid", "uint", "view")
+
+
+@dataclass(frozen=True, slots=True)
+class RecoveryAbort(Packet):
+    """Tells the members that reformation ``version`` is aborted."""
+
+    view: ViewId
+    src: ProcessId
+    version: int
+    reason: str
+    TYPE: ClassVar[PacketType] = PacketType.RECOVERY_ABORT
+    KINDS: ClassVar[tuple[str, ...]] = ("view", "pid", "uint", "str")
+
+
+@dataclass(frozen=True, slots=True)
+class NonMemberData(Packet):
+    """Data from a non-member, addressed by group name or a cached view ID (multi-RPC, section 4.5).
+
+    ``flags``: bit 0 ack requested, bit 1 repeat reply, bit 2 first packet of this sender.
+    """
+
+    group: str
+    view: ViewId | None
+    src: ProcessId
+    seq: int
+    qos: QoS
+    flags: int
+    handler: int | None
+    payload: bytes
+    TYPE: ClassVar[PacketType] = PacketType.NON_MEMBER_DATA
+    KINDS: ClassVar[tuple[str, ...]] = ("str", "opt_view", "pid", "uint", "qos", "uint", "opt_uint", "bytes")
+
+    FLAG_ACK: ClassVar[int] = 1
+    FLAG_REPEAT_REPLY: ClassVar[int] = 2
+    FLAG_FIRST: ClassVar[int] = 4
+
+
+@dataclass(frozen=True, slots=True)
+class NonMemberAck(Packet):
+    """Acknowledgement of, or reply to, a non-member's packet ``seq``, naming the view for the sender to cache."""
+
+    view: ViewId
+    src: ProcessId
+    seq: int
+    reply: bytes | None
+    TYPE: ClassVar[PacketType] = PacketType.NON_MEMBER_ACK
+    KINDS: ClassVar[tuple[str, ...]] = ("view", "pid", "uint", "opt_bytes")
+
+
+PACKET_CLASSES: dict[PacketType, type[Packet]] = {
+    cls.TYPE: cls
+    for cls in (
+        Data, Ack, Confirm, Nack, NewList, ListChangeRequest, RecoveryStart, RecoveryVote,
+        RecoveryAckNewList, RecoveryAbort, NonMemberData, NonMemberAck,
+    )
+}
+
+_CODECS: dict[type[Packet], tuple[tuple[str, ...], tuple[Callable, ...], tuple[Callable, ...]]] = {}
+for _cls in PACKET_CLASSES.values():
+    _names = tuple(f.name for f in fields(_cls))
+    assert len(_names) == len(_cls.KINDS), _cls
+    _CODECS[_cls] = (_names, tuple(_KINDS[k][0] for k in _cls.KINDS), tuple(_KINDS[k][1] for k in _cls.KINDS))
+
+
+def encode(packet: Packet) -> bytes:
+    """Serialise a packet: header then a msgpack array of its fields."""
+    names, encoders, _ = _CODECS[type(packet)]
+    body = [enc(getattr(packet, name)) for name, enc in zip(names, encoders, strict=True)]
+    data = MAGIC + bytes((VERSION, packet.TYPE)) + msgpack.packb(body, use_bin_type=True)
+    if len(data) > MAX_DATAGRAM:
+        raise ValueError(f"packet of {len(data)} bytes exceeds the datagram limit {MAX_DATAGRAM}")
+    return data
+
+
+def decode(data: bytes) -> Packet:
+    """Parse untrusted bytes into a packet; raises only :class:`DecodeError`."""
+    if len(data) > MAX_DATAGRAM:
+        raise DecodeError("oversized datagram")
+    if len(data) < HEADER_SIZE + 1 or data[:2] != MAGIC:
+        raise DecodeError("not an RMP datagram")
+    if data[2] != VERSION:
+        raise DecodeError(f"unsupported version {data[2]}")
+    try:
+        cls = PACKET_CLASSES[PacketType(data[3])]
+    except ValueError:
+        raise DecodeError(f"unknown packet type {data[3]}") from None
+    try:
+        body = msgpack.unpackb(
+            data[HEADER_SIZE:], raw=False, use_list=True, strict_map_key=True,
+            max_array_len=MAX_LIST, max_map_len=MAX_LIST, max_str_len=MAX_DATAGRAM, max_bin_len=MAX_DATAGRAM,
+            max_ext_len=0,
+        )
+    except Exception as exc:  # msgpack raises many types for hostile input; all mean "malformed"
+        raise DecodeError(f"malformed body: {type(exc).__name__}") from None
+    _, _, decoders = _CODECS[cls]
+    if type(body) is not list or len(body) != len(decoders):
+        raise DecodeError(f"{cls.__name__}: expected {len(decoders)} fields")
+    return cls(*[dec(v) for dec, v in zip(decoders, body, strict=True)])

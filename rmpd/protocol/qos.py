@@ -1,0 +1,112 @@
+"""Quality of service levels (RMP paper, figure 3.2), selectable per packet.
+
+Levels build on each other; between two packets of different levels only the lower level's guarantee holds.
+On the wire a QoS is one integer: the level in the low 3 bits and K (for K-resilient) above them.
+"""
+
+from __future__ import annotations
+
+from enum import IntEnum
+from typing import NamedTuple
+
+
+class Level(IntEnum):
+    UNRELIABLE = 0
+    UNORDERED = 1
+    SOURCE = 2
+    TOTAL = 3
+    K_RESILIENT = 4
+    MAJORITY = 5
+    SAFE = 6
+
+
+class QoS(NamedTuple):
+    """A QoS level plus K (``resilience``) for K-resilient delivery."""
+
+    level: Level
+    resilience: int = 0
+
+    # Class constants UNRELIABLE .. SAFE are attached below the class.
+
+
+    @staticmethod
+    def k(n: int) -> QoS:
+        """K-resilient QoS: delivered once at least ``n`` members hold the packet."""
+        if n < 1:
+            raise ValueError(f"K must be at least 1, got {n}")
+        return QoS(Level.K_RESILIENT, n)
+
+    @property
+    def reliable(self) -> bool:
+        return self.level >= Level.UNORDERED
+
+    @property
+    def ordered(self) -> bool:
+        """True for levels delivered in timestamp (total) order."""
+        return self.level >= Level.TOTAL
+
+    @property
+    def resilient(self) -> bool:
+        """True for levels that wait for token passes after ordering."""
+        return self.level >= Level.K_RESILIENT
+
+    def code(self) -> int:
+        return int(self.level) | (self.resilience << 3)
+
+    @classmethod
+    def from_code(cls, code: int) -> QoS:
+        level = Level(code & 7)
+        k = code >> 3
+        if level == Level.K_RESILIENT and k < 1:
+            raise ValueError("K-resilient QoS needs K >= 1")
+        if level != Level.K_RESILIENT and k:
+            raise ValueError("only K-resilient QoS carries K")
+        return _CANONICAL.get((level, k)) or cls(level, k)
+
+    def name(self) -> str:
+        if self.level == Level.K_RESILIENT:
+            return f"k{self.resilience}"
+        return _NAMES[self.level]
+
+    @classmethod
+    def parse(cls, text: str) -> QoS:
+        text = text.strip().lower()
+        if text.startswith("k") and text[1:].isdigit():
+            return cls.k(int(text[1:]))
+        for level, name in _NAMES.items():
+            if name == text:
+                return cls(level)
+        raise ValueError(f"unknown QoS {text!r}; expected one of {', '.join(_NAMES.values())} or k<N>")
+
+    def required_holders(self, group_size: int) -> int:
+        """How many members must hold a packet of this QoS before any member may deliver it.
+
+        Majority uses a strict majority of MaxN (floor(MaxN/2)+1): the paper's (MaxN+1)/2 is not a majority for
+        even MaxN, and two halves must never both deliver.  K is clamped to the group size.
+        """
+        if self.level == Level.K_RESILIENT:
+            return min(self.resilience, group_size)
+        if self.level == Level.MAJORITY:
+            return group_size // 2 + 1
+        if self.level == Level.SAFE:
+            return group_size
+        return 1
+
+
+_NAMES = {
+    Level.UNRELIABLE: "unreliable",
+    Level.UNORDERED: "unordered",
+    Level.SOURCE: "source",
+    Level.TOTAL: "total",
+    Level.K_RESILIENT: "k",
+    Level.MAJORITY: "majority",
+    Level.SAFE: "safe",
+}
+
+QoS.UNRELIABLE = QoS(Level.UNRELIABLE)
+QoS.UNORDERED = QoS(Level.UNORDERED)
+QoS.SOURCE = QoS(Level.SOURCE)
+QoS.TOTAL = QoS(Level.TOTAL)
+QoS.MAJORITY = QoS(Level.MAJORITY)
+QoS.SAFE = QoS(Level.SAFE)
+_CANONICAL = {(q.level, q.k): q for q in (QoS.UNRELIABLE, QoS.UNORDERED, QoS.SOURCE, QoS.TOTAL, QoS.MAJORITY, QoS.SAFE)}

@@ -1,0 +1,33 @@
+"""Engine timers and limits.  Times are in seconds of whatever clock the caller passes in."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    rto_initial: float = 0.2
+    """First retransmission timeout for packets that need a positive acknowledgement (data, ACK passes)."""
+    rto_max: float = 2.0
+    """Exponential back-off is clamped here (RMP paper, section 4.6)."""
+    null_ack_interval: float = 1.0
+    """A token site idle this long passes the token with a NULL ACK (section 4.2)."""
+    nack_delay: float = 0.01
+    """Wait this long after spotting a hole before the first NACK, so a merely reordered packet is not asked for."""
+    nack_timeout: float = 0.1
+    """Resend an unanswered NACK after this long (doubling up to rto_max), naming the next site."""
+    nack_rotate: int = 3
+    """After this many unanswered NACKs a NACK names no site, so any site holding the packets answers."""
+    stall_timeout: float = 1.5
+    """With undelivered messages and no new ACK for this long, ask for anything beyond the last known ACK."""
+    window_packets: int = 64
+    """Unordered own packets in flight before further sends queue inside the engine."""
+    max_ack_ids: int = 64
+    """Data packets one ACK orders at most."""
+    retransmit_burst: int = 16
+    """Own unordered packets resent per retransmission timeout."""
+    nack_response_limit: int = 64
+    """Packets resent for one tail NACK at most."""
+    journal: bool = False
+    """Produce journal records (docs/trace-format.md)."""

@@ -1,0 +1,680 @@
+"""The sans-IO RMP engine for one group at one process (RMP paper, sections 4.1 and 4.2).
+
+The caller feeds it datagrams (``receive_datagram``), timer expiries (``handle_timer``) and application sends
+(``send``), always with the current time, and pulls out datagrams (``datagrams_to_send``), application events
+(``events``), journal records (``journal_records``) and the next deadline (``get_timer``).  It reads no clock,
+draws no randomness of its own and touches no socket, so the daemon, the simulator and the tests run the same code.
+
+Basic delivery: members multicast Data; the token site orders what it holds with one ACK per batch, giving the ACK
+timestamp t and the data t+1.., and passes the token to the next member.  That member accepts only once it holds
+every packet through the last one the ACK ordered, then confirms (with a Confirm, or its own ACK).  An ACK is resent
+until the next site confirms.  Holes are NACKed.  An idle token site passes the token with a NULL ACK; a quiet ring
+passes it once round after the last ordered packet and stops.  An ACK from a member proves that member holds every
+packet up to the last one it orders, which is how K-resilient, majority and safe packets know when they may be
+delivered, and how stable slots are found and freed.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections import Counter, deque
+from typing import Any, Protocol
+
+from .config import EngineConfig
+from .events import Delivery, Event, Transmit, ViewInstalled
+from .ids import ProcessId
+from .orderingq import Conflict, OrderingQ, Slot, SlotKind, SlotState
+from .packets import (
+    Ack,
+    Confirm,
+    Data,
+    DataId,
+    DecodeError,
+    Nack,
+    NewList,
+    Packet,
+    decode,
+    encode,
+)
+from .qos import Level, QoS
+from .view import View
+
+PACKET_NAMES = {
+    "Data": "data", "Ack": "ack", "Confirm": "confirm", "Nack": "nack", "NewList": "new_list",
+    "ListChangeRequest": "list_change_request", "RecoveryStart": "recovery_start",
+    "RecoveryVote": "recovery_vote", "RecoveryAckNewList": "recovery_ack_new_list",
+    "RecoveryAbort": "recovery_abort", "NonMemberData": "non_member_data", "NonMemberAck": "non_member_ack",
+}
+
+
+class Rng(Protocol):
+    """The randomness the engine needs, passed in (a ``random.Random`` will do)."""
+
+    def random(self) -> float: ...
+
+
+class Backoff:
+    """A retransmission timer: doubles on each expiry, clamped, reset on progress."""
+
+    __slots__ = ("deadline", "initial", "interval", "maximum", "retries")
+
+    def __init__(self, initial: float, maximum: float) -> None:
+        self.initial = initial
+        self.maximum = maximum
+        self.interval = initial
+        self.deadline: float | None = None
+        self.retries = 0
+
+    def start(self, now: float) -> None:
+        self.interval = self.initial
+        self.retries = 0
+        self.deadline = now + self.interval
+
+    def expired(self, now: float) -> bool:
+        return self.deadline is not None and now >= self.deadline
+
+    def back_off(self, now: float) -> None:
+        self.retries += 1
+        self.interval = min(self.interval * 2, self.maximum)
+        self.deadline = now + self.interval
+
+    def stop(self) -> None:
+        self.deadline = None
+        self.retries = 0
+
+
+class GroupEngine:
+    """One RMP process's state for one group with a given membership view."""
+
+    def __init__(
+        self,
+        *,
+        pid: ProcessId,
+        group: str,
+        view: View,
+        config: EngineConfig | None = None,
+        rng: Rng,
+        now: float,
+        start_ts: int = 0,
+    ) -> None:
+        if pid not in view:
+            raise ValueError(f"{pid} is not a member of view {view.view_id}")
+        self.pid = pid
+        self.group = group
+        self.view = view
+        self.config = config or EngineConfig()
+        self.rng = rng
+        self.stats: Counter[str] = Counter()
+
+        self._datagrams: list[Transmit] = []
+        self._events: list[Event] = []
+        self._journal: list[dict[str, Any]] = []
+
+        # OrderingQ and the data packets held (the DataList is the part not yet ordered).
+        self.q = OrderingQ(start_ts)
+        self.data: dict[tuple[ProcessId, int], Data] = {}
+        self.unordered: dict[ProcessId, set[int]] = {}
+        self.ordered_upto: dict[ProcessId, int] = {}
+        # Delivery state: next timestamp of the total-order scan, next sequence number per source.
+        self.deliver_ts = start_ts
+        self.src_next: dict[ProcessId, int] = {}
+        self.src_ahead: dict[ProcessId, set[int]] = {}
+        # What each other member is known to hold: everything through holds[m].
+        self.holds: dict[ProcessId, int] = {m: start_ts for m in view.members if m != pid}
+        self._holds_sorted: list[int] | None = None
+
+        # Token state.  The view starts with a committed New List at start_ts whose token site is the first
+        # member, and the ring quiet.
+        first = view.members[0]
+        self.latest_ack_ts = start_ts
+        self.last_ack_sender: ProcessId = first
+        self.token_site: ProcessId = first
+        self.have_token = pid == first
+        self.accepted_ts = start_ts if self.have_token else -1
+        self.incoming_quiet = view.size - 1
+        self.accept_target: tuple[int, int, ProcessId, int] | None = None
+        self.pass_pending: Ack | None = None
+        self._pass_bytes = b""
+        self.pass_timer = Backoff(self.config.rto_initial, self.config.rto_max)
+        self.null_deadline: float | None = None
+
+        # Sending.
+        self.next_seq = 1
+        self.next_unreliable_seq = 1
+        self.outstanding: dict[int, Data] = {}
+        self.send_queue: deque[Data] = deque()
+        self.rto = Backoff(self.config.rto_initial, self.config.rto_max)
+
+        # NACKs and stall detection.
+        self.nack_deadline: float | None = None
+        self.nack_tries = 0
+        self._nack_contig = start_ts
+        self.stall_deadline: float | None = None
+        self.stall_tries = 0
+
+        slot = self.q.place_control(start_ts, SlotKind.VIEW, ("initial", view.view_id))
+        del slot
+        first_slot = self.q.get(start_ts)
+        assert first_slot is not None
+        first_slot.state = SlotState.DELIVERED
+        self.q.advance()
+        self.deliver_ts = start_ts + 1
+        self._events.append(ViewInstalled(group, view.view_id, view.members, start_ts))
+        self._record("view", now, ts=start_ts, members=list(view.members))
+
+    # ------------------------------------------------------------------------------------------------------------
+    # Outputs
+
+    def datagrams_to_send(self) -> list[Transmit]:
+        out, self._datagrams = self._datagrams, []
+        return out
+
+    def events(self) -> list[Event]:
+        out, self._events = self._events, []
+        return out
+
+    def journal_records(self) -> list[dict[str, Any]]:
+        out, self._journal = self._journal, []
+        return out
+
+    def get_timer(self) -> float | None:
+        deadlines = [
+            d
+            for d in (
+                self.pass_timer.deadline, self.rto.deadline, self.null_deadline, self.nack_deadline,
+                self.stall_deadline,
+            )
+            if d is not None
+        ]
+        return min(deadlines) if deadlines else None
+
+    @property
+    def quiet(self) -> bool:
+        """True when this process has nothing left to do until new input arrives."""
+        return self.get_timer() is None
+
+    # ------------------------------------------------------------------------------------------------------------
+    # Inputs
+
+    def send(self, payload: bytes, qos: QoS, now: float, handler: int | None = None) -> int | None:
+        """Accept an application message; returns its sequence number (None when refused)."""
+        if qos.level == Level.UNRELIABLE:
+            seq = self.next_unreliable_seq
+            self.next_unreliable_seq += 1
+            packet = Data(self.view.view_id, self.pid, seq, qos, handler, payload)
+            self._multicast(packet, now)
+            self._deliver(packet, None, now, holders=1)
+            return seq
+        seq = self.next_seq
+        self.next_seq += 1
+        packet = Data(self.view.view_id, self.pid, seq, qos, handler, payload)
+        if len(self.outstanding) < self.config.window_packets:
+            self._transmit_new(packet, now)
+        else:
+            self.send_queue.append(packet)
+        self._progress(now)
+        return seq
+
+    def receive_datagram(self, data: bytes, addr: ProcessId | None, now: float) -> None:
+        """Handle one datagram from the network.  Nothing raised by hostile bytes escapes."""
+        try:
+            packet = decode(data)
+        except DecodeError:
+            self.stats["malformed"] += 1
+            return
+        self.receive_packet(packet, now)
+
+    def receive_packet(self, packet: Packet, now: float) -> None:
+        if packet.view != self.view.view_id:
+            self.stats["other_view"] += 1
+            return
+        src = getattr(packet, "src", None)
+        if src == self.pid:
+            self.stats["own_echo"] += 1
+            return
+        if src not in self.view:
+            self.stats["non_member"] += 1
+            return
+        self.stats["received"] += 1
+        if self.config.journal:
+            self._record_packet("recv", packet, now)
+        if isinstance(packet, Data):
+            self._on_data(packet, now)
+        elif isinstance(packet, Ack):
+            self._on_ack(packet, now)
+        elif isinstance(packet, Confirm):
+            self._on_confirm(packet)
+        elif isinstance(packet, Nack):
+            self._on_nack(packet, now)
+        else:
+            self.stats["unhandled_" + PACKET_NAMES[type(packet).__name__]] += 1
+            return
+        self._progress(now)
+
+    def handle_timer(self, now: float) -> None:
+        """Run whatever is due at ``now``."""
+        if self.pass_timer.expired(now) and self.pass_pending is not None:
+            self.stats["ack_retransmits"] += 1
+            self._datagrams.append(Transmit(None, self._pass_bytes))
+            self._record_packet("send", self.pass_pending, now)
+            self.pass_timer.back_off(now)
+        if self.rto.expired(now):
+            self._retransmit_own(now)
+        if self.null_deadline is not None and now >= self.null_deadline:
+            self.null_deadline = None
+            if self.have_token:
+                self._send_ack((), self.incoming_quiet + 1, now)
+        if self.nack_deadline is not None and now >= self.nack_deadline:
+            self._send_nack(now, tail=False)
+        if self.stall_deadline is not None and now >= self.stall_deadline:
+            self._send_nack(now, tail=True)
+        self._progress(now)
+
+    # ------------------------------------------------------------------------------------------------------------
+    # Data
+
+    def _transmit_new(self, packet: Data, now: float) -> None:
+        self.outstanding[packet.seq] = packet
+        if self.rto.deadline is None:
+            self.rto.start(now)
+        self._multicast(packet, now)
+        self._on_data(packet, now)
+
+    def _retransmit_own(self, now: float) -> None:
+        if not self.outstanding:
+            self.rto.stop()
+            return
+        for i, packet in enumerate(self.outstanding.values()):
+            if i >= self.config.retransmit_burst:
+                break
+            self.stats["data_retransmits"] += 1
+            self._multicast(packet, now)
+        self.rto.back_off(now)
+
+    def _on_data(self, packet: Data, now: float) -> None:
+        if packet.qos.level == Level.UNRELIABLE:
+            self._deliver(packet, None, now, holders=1)
+            return
+        key = (packet.src, packet.seq)
+        if key in self.data or self._delivered(packet.src, packet.seq):
+            self.stats["duplicates"] += 1
+            return
+        ts = self.q.ts_of(key)
+        if ts is not None:
+            slot = self.q.slots[ts]
+            if slot.qos != packet.qos:
+                self.stats["qos_mismatch"] += 1
+                return
+            self.data[key] = packet
+            if slot.state in (SlotState.MISSING, SlotState.REQUESTED):
+                slot.state = SlotState.RECEIVED
+        else:
+            self.data[key] = packet
+            self.unordered.setdefault(packet.src, set()).add(packet.seq)
+        level = packet.qos.level
+        if level == Level.UNORDERED:
+            self._deliver(packet, ts, now, holders=1)
+        if level <= Level.SOURCE:
+            self._deliver_source_chain(packet.src, now)
+
+    # ------------------------------------------------------------------------------------------------------------
+    # ACKs and the token
+
+    def _on_ack(self, ack: Ack, now: float) -> None:
+        q = self.q
+        if ack.ts < q.base:
+            self._reconfirm(ack, now)
+            return
+        try:
+            q.check_ids(ack)
+            fresh = q.place_control(ack.ts, SlotKind.ACK, ack)
+        except Conflict:
+            self.stats["conflicts"] += 1
+            return
+        if not fresh:
+            self.stats["duplicates"] += 1
+            self._reconfirm(ack, now)
+            return
+        for i, data_id in enumerate(ack.ids):
+            src, seq, _ = data_id
+            key = (src, seq)
+            q.place_data_id(ack.ts + 1 + i, data_id, key in self.data)
+            if seq > self.ordered_upto.get(src, 0):
+                self.ordered_upto[src] = seq
+            pending = self.unordered.get(src)
+            if pending is not None:
+                pending.discard(seq)
+                if not pending:
+                    del self.unordered[src]
+            if src == self.pid:
+                self._own_ordered(seq, now)
+        self._learn_holds(ack.src, ack.last_ts)
+        if ack.ts > self.latest_ack_ts:
+            self.latest_ack_ts = ack.ts
+            self.last_ack_sender = ack.src
+            self.token_site = ack.next_site
+            if self.pass_pending is not None and ack.ts > self.pass_pending.ts:
+                self._pass_confirmed()
+            if (ack.next_site == self.pid and ack.src != self.pid) or self.view.size == 1:
+                self.accept_target = (ack.ts, ack.last_ts, ack.src, ack.quiet)
+            else:
+                self.accept_target = None
+            if self.stall_deadline is not None:
+                self.stall_deadline = None
+                self.stall_tries = 0
+
+    def _reconfirm(self, ack: Ack, now: float) -> None:
+        """A resent ACK whose token we already accepted: the Confirm was lost, send it again."""
+        if ack.next_site == self.pid and self.accepted_ts >= ack.ts and ack.src != self.pid:
+            self._unicast(ack.src, Confirm(self.view.view_id, self.pid, ack.ts), now)
+
+    def _own_ordered(self, seq: int, now: float) -> None:
+        if self.outstanding.pop(seq, None) is None:
+            return
+        if self.outstanding:
+            self.rto.start(now)
+        else:
+            self.rto.stop()
+        while self.send_queue and len(self.outstanding) < self.config.window_packets:
+            self._transmit_new(self.send_queue.popleft(), now)
+
+    def _on_confirm(self, confirm: Confirm) -> None:
+        pending = self.pass_pending
+        if pending is not None and confirm.ts == pending.ts:
+            self._learn_holds(confirm.src, pending.last_ts)
+            self._pass_confirmed()
+
+    def _pass_confirmed(self) -> None:
+        self.pass_pending = None
+        self.pass_timer.stop()
+
+    def _learn_holds(self, member: ProcessId, through: int) -> None:
+        if member != self.pid and through > self.holds.get(member, through):
+            self.holds[member] = through
+            self._holds_sorted = None
+
+    def holders_of(self, ts: int) -> int:
+        """How many members are known to hold the slot at ``ts`` (this process counts when it holds it)."""
+        if self._holds_sorted is None:
+            self._holds_sorted = sorted(self.holds.values())
+        others = len(self._holds_sorted) - bisect.bisect_left(self._holds_sorted, ts)
+        return others + (1 if self.q.contig >= ts else 0)
+
+    def _try_accept(self, now: float) -> None:
+        target = self.accept_target
+        if target is None or self.q.contig < target[1]:
+            return
+        ack_ts, last_ts, prev, quiet = target
+        self.accept_target = None
+        self.have_token = True
+        self.accepted_ts = ack_ts
+        self.incoming_quiet = quiet
+        self.stats["token_accepts"] += 1
+        self._record("token", now, ts=last_ts, prev=prev)
+        if not self._order_pending(now):
+            if prev != self.pid:
+                self._unicast(prev, Confirm(self.view.view_id, self.pid, ack_ts), now)
+            self._schedule_null(now)
+
+    def _schedule_null(self, now: float) -> None:
+        if self.incoming_quiet < self.view.size - 1:
+            self.null_deadline = now + self.config.null_ack_interval
+        else:
+            self.null_deadline = None
+
+    def _order_pending(self, now: float) -> bool:
+        """As token site, order every data packet that can be ordered; True when an ACK went out."""
+        if not self.unordered:
+            return False
+        ids: list[DataId] = []
+        limit = self.config.max_ack_ids
+        for src in list(self.unordered):
+            seq = self.ordered_upto.get(src, 0) + 1
+            packet = self.data.get((src, seq))
+            while packet is not None and len(ids) < limit:
+                ids.append(packet.data_id)
+                seq += 1
+                packet = self.data.get((src, seq))
+        if not ids:
+            return False
+        self._send_ack(tuple(ids), 0, now)
+        return True
+
+    def _send_ack(self, ids: tuple[DataId, ...], quiet: int, now: float) -> None:
+        ack = Ack(self.view.view_id, self.pid, self.q.high + 1, self.view.next_after(self.pid), quiet, ids)
+        self.have_token = False
+        self.null_deadline = None
+        self.stats["acks_sent" if ids else "null_acks_sent"] += 1
+        self._pass_bytes = self._multicast(ack, now)
+        if self.view.size > 1:
+            self.pass_pending = ack
+            self.pass_timer.start(now)
+        self._on_ack(ack, now)
+
+    # ------------------------------------------------------------------------------------------------------------
+    # NACKs
+
+    def _nack_target(self, tries: int) -> ProcessId | None:
+        if tries >= self.config.nack_rotate or self.view.size == 1:
+            return None
+        target = self.view.next_after(self.last_ack_sender, tries)
+        if target == self.pid:
+            target = self.view.next_after(target)
+        return target if target != self.pid else None
+
+    def _send_nack(self, now: float, *, tail: bool) -> None:
+        missing = self.q.missing(256)
+        if tail:
+            tries = self.stall_tries
+            self.stall_tries += 1
+            delay = min(self.config.stall_timeout * (2 ** min(self.stall_tries, 4)), 4 * self.config.rto_max)
+            self.stall_deadline = now + delay
+        else:
+            self.nack_deadline = None
+            if not missing:
+                return
+            tries = self.nack_tries
+            self.nack_tries += 1
+            delay = min(self.config.nack_timeout * (2 ** min(tries, 5)), self.config.rto_max)
+            self.nack_deadline = now + delay
+        for ts in missing:
+            self.q.slots[ts].state = SlotState.REQUESTED
+        nack = Nack(
+            self.view.view_id, self.pid, self._nack_target(tries), self.q.contig, self.q.high, tail,
+            tuple(missing), (),
+        )
+        self.stats["tail_nacks_sent" if tail else "nacks_sent"] += 1
+        self._multicast(nack, now)
+
+    def _on_nack(self, nack: Nack, now: float) -> None:
+        if nack.target is not None and nack.target != self.pid:
+            return
+        self.stats["nacks_answered"] += 1
+        resend: list[int] = list(nack.missing)
+        if nack.tail:
+            start = max(nack.known + 1, self.q.base)
+            resend.extend(range(start, min(self.q.high, start + self.config.nack_response_limit - 1) + 1))
+        for ts in resend:
+            slot = self.q.get(ts)
+            if slot is None or not slot.have:
+                continue
+            if slot.kind is SlotKind.ACK:
+                self._multicast(slot.packet, now)  # type: ignore[arg-type]
+            elif slot.kind is SlotKind.DATA and slot.key is not None:
+                self._multicast(self.data[slot.key], now)
+        for key in nack.data:
+            packet = self.data.get(key)
+            if packet is not None:
+                self._multicast(packet, now)
+
+    # ------------------------------------------------------------------------------------------------------------
+    # Delivery
+
+    def _delivered(self, src: ProcessId, seq: int) -> bool:
+        if seq < self.src_next.get(src, 1):
+            return True
+        ahead = self.src_ahead.get(src)
+        return ahead is not None and seq in ahead
+
+    def _mark_delivered(self, src: ProcessId, seq: int) -> None:
+        nxt = self.src_next.get(src, 1)
+        if seq != nxt:
+            self.src_ahead.setdefault(src, set()).add(seq)
+            return
+        nxt += 1
+        ahead = self.src_ahead.get(src)
+        while ahead and nxt in ahead:
+            ahead.discard(nxt)
+            nxt += 1
+        self.src_next[src] = nxt
+
+    def _deliver(self, packet: Data, ts: int | None, now: float, holders: int) -> None:
+        if packet.qos.level != Level.UNRELIABLE:
+            self._mark_delivered(packet.src, packet.seq)
+        self.stats["delivered"] += 1
+        self._events.append(
+            Delivery(self.group, packet.src, packet.seq, packet.qos, ts, self.view.view_id, packet.payload,
+                     packet.handler)
+        )
+        if self.config.journal:
+            self._record(
+                "deliver", now, ts=ts, src=packet.src, seq=packet.seq, qos=packet.qos.name(),
+                size=len(packet.payload), holders=holders,
+            )
+
+    def _deliver_source_chain(self, src: ProcessId, now: float) -> None:
+        """Deliver source-ordered packets from ``src`` whose predecessors are all delivered."""
+        while True:
+            seq = self.src_next.get(src, 1)
+            packet = self.data.get((src, seq))
+            if packet is None or packet.qos.level != Level.SOURCE:
+                return
+            self._deliver(packet, self.q.ts_of((src, seq)), now, holders=1)
+
+    def _scan_total(self, now: float) -> None:
+        """Deliver in timestamp order everything that may go now."""
+        q = self.q
+        size = self.view.size
+        while True:
+            slot = q.get(self.deliver_ts)
+            if slot is None or not slot.have:
+                return
+            if slot.kind is not SlotKind.DATA:
+                self._finish(slot)
+                continue
+            key = slot.key
+            assert key is not None
+            if self._delivered(*key):
+                self._finish(slot)
+                continue
+            packet = self.data[key]
+            level = packet.qos.level
+            if level <= Level.SOURCE:
+                if self.src_next.get(key[0], 1) != key[1]:
+                    return
+                holders = 1
+            elif level == Level.TOTAL:
+                holders = 1
+            else:
+                holders = self.holders_of(slot.ts)
+                if holders < packet.qos.required_holders(size):
+                    return
+            self._deliver(packet, slot.ts, now, holders)
+            self._finish(slot)
+
+    def _finish(self, slot: Slot) -> None:
+        slot.state = SlotState.DELIVERED
+        self.deliver_ts += 1
+
+    def _free_stable(self) -> None:
+        """Free slots from the front once delivered here and held by every member."""
+        q = self.q
+        size = self.view.size
+        while q.base < self.deliver_ts and q.base < self.latest_ack_ts:
+            if self.holders_of(q.base) < size:
+                return
+            slot = q.pop_front()
+            if slot.key is not None:
+                self.data.pop(slot.key, None)
+
+    # ------------------------------------------------------------------------------------------------------------
+    # After every input
+
+    def _advance_and_scan(self, now: float) -> None:
+        self.q.advance()
+        if self.deliver_ts <= self.q.contig:
+            self._scan_total(now)
+
+    def _progress(self, now: float) -> None:
+        q = self.q
+        self._advance_and_scan(now)
+        self._try_accept(now)
+        if self.have_token and not self._order_pending(now) and self.null_deadline is None:
+            self._schedule_null(now)
+        self._advance_and_scan(now)
+        self._free_stable()
+        # NACK holes; the first NACK waits a little so reordering alone does not cause one.
+        if q.contig < q.high:
+            if q.contig != self._nack_contig:
+                self._nack_contig = q.contig
+                self.nack_tries = 0
+                self.nack_deadline = now + self.config.nack_delay
+            elif self.nack_deadline is None:
+                self.nack_deadline = now + self.config.nack_delay
+        else:
+            self._nack_contig = q.contig
+            self.nack_deadline = None
+            self.nack_tries = 0
+        # Stall: undelivered messages and no new ACK for a while.
+        waiting = self.deliver_ts <= q.high or bool(self.accept_target)
+        if waiting and self.stall_deadline is None:
+            self.stall_deadline = now + self.config.stall_timeout
+        elif not waiting:
+            self.stall_deadline = None
+            self.stall_tries = 0
+
+    # ------------------------------------------------------------------------------------------------------------
+    # Output helpers
+
+    def _multicast(self, packet: Packet, now: float) -> bytes:
+        data = encode(packet)
+        self._datagrams.append(Transmit(None, data))
+        self.stats["sent"] += 1
+        if self.config.journal:
+            self._record_packet("send", packet, now)
+        return data
+
+    def _unicast(self, dest: ProcessId, packet: Packet, now: float) -> None:
+        self._datagrams.append(Transmit(dest, encode(packet)))
+        self.stats["sent"] += 1
+        if self.config.journal:
+            self._record_packet("send", packet, now)
+
+    def _record(self, event: str, now: float, **fields: Any) -> None:
+        if not self.config.journal:
+            return
+        record: dict[str, Any] = {
+            "v": 1, "node": self.pid, "group": self.group, "event": event, "view": str(self.view.view_id),
+            "ts": None, "src": None, "seq": None, "qos": None, "mono": now,
+        }
+        record.update(fields)
+        self._journal.append(record)
+
+    def _record_packet(self, event: str, packet: Packet, now: float) -> None:
+        if not self.config.journal:
+            return
+        fields: dict[str, Any] = {"packet": PACKET_NAMES[type(packet).__name__]}
+        if isinstance(packet, Data):
+            fields.update(src=packet.src, seq=packet.seq, qos=packet.qos.name())
+        elif isinstance(packet, Ack):
+            fields.update(
+                ts=packet.ts, src=packet.src, next=packet.next_site,
+                orders=[[s, n, q.name()] for s, n, q in packet.ids],
+            )
+        elif isinstance(packet, NewList):
+            fields.update(ts=packet.ts, src=packet.src, next=packet.next_site, orders=[],
+                          members=[m for m, _ in packet.members], new_view=str(packet.new_view))
+        else:
+            ts = getattr(packet, "ts", None)
+            fields.update(ts=ts, src=getattr(packet, "src", None))
+        self._record(event, now, **fields)

@@ -1,0 +1,51 @@
+"""What the engine hands to its caller: datagrams to transmit and events for the application."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .ids import ProcessId, ViewId
+from .qos import QoS
+
+
+@dataclass(frozen=True, slots=True)
+class Transmit:
+    """A datagram to send: to the group's multicast address when ``dest`` is None, else unicast to ``dest``."""
+
+    dest: ProcessId | None
+    data: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Delivery:
+    """A message handed to the application, in the order its QoS requires."""
+
+    group: str
+    src: ProcessId
+    seq: int
+    qos: QoS
+    ts: int | None
+    view: ViewId
+    payload: bytes
+    handler: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class ViewInstalled:
+    """A membership view was installed (delivered in order with the messages around it)."""
+
+    group: str
+    view: ViewId
+    members: tuple[ProcessId, ...]
+    ts: int
+
+
+@dataclass(frozen=True, slots=True)
+class SendRefused:
+    """An application send could not be accepted; ``reason`` says why."""
+
+    group: str
+    reason: str
+
+
+Event = Delivery | ViewInstalled | SendRefused

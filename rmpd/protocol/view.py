@@ -1,0 +1,46 @@
+"""Membership views (RMP paper, sections 3.1 and 4.3).
+
+A view is an ordered member list under a unique view ID; the token travels round the list in order.  Each member
+carries a multicast-capable flag: multicasts to a view with members that cannot receive multicast are also
+unicast to them (section 3.4).  Locks (the first six are handler locks) and the minimum partition size live in the
+view, because they change only through New List packets.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .ids import ProcessId, ViewId
+
+HANDLER_LOCKS = 6
+
+
+@dataclass(frozen=True)
+class View:
+    view_id: ViewId
+    members: tuple[ProcessId, ...]
+    unicast_only: frozenset[ProcessId] = frozenset()
+    locks: tuple[tuple[int, ProcessId], ...] = ()
+    min_partition: int = 1
+    _index: dict[ProcessId, int] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if not self.members:
+            raise ValueError("a view needs at least one member")
+        if len(set(self.members)) != len(self.members):
+            raise ValueError("duplicate member in view")
+        object.__setattr__(self, "_index", {pid: i for i, pid in enumerate(self.members)})
+
+    @property
+    def size(self) -> int:
+        return len(self.members)
+
+    def __contains__(self, pid: object) -> bool:
+        return pid in self._index
+
+    def index(self, pid: ProcessId) -> int:
+        return self._index[pid]
+
+    def next_after(self, pid: ProcessId, step: int = 1) -> ProcessId:
+        """The member ``step`` places after ``pid`` in ring order."""
+        return self.members[(self._index[pid] + step) % len(self.members)]

@@ -1,0 +1,93 @@
+"""A simulated datagram network on a virtual clock, with seeded per-link faults.
+
+Every multicast is copied to each other member independently: each copy may be lost, duplicated, delayed by jitter,
+or held back extra long (reordering).  All randomness comes from one ``random.Random`` seeded by the caller, and
+events with equal times leave the queue in insertion order, so a run is a pure function of its seed.
+"""
+
+from __future__ import annotations
+
+import heapq
+import random
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class LinkFaults:
+    loss: float = 0.0
+    dup: float = 0.0
+    reorder: float = 0.0
+    latency: float = 0.001
+    jitter: float = 0.0005
+    reorder_delay: float = 0.01
+    """A reordered copy is held back by up to this much more."""
+
+    def __post_init__(self) -> None:
+        for name in ("loss", "dup", "reorder"):
+            value = getattr(self, name)
+            if not 0.0 <= value <= 1.0:
+                raise ValueError(f"{name} must be a probability in [0, 1], got {value}")
+        if self.loss >= 1.0:
+            raise ValueError("loss 1.0 would drop every datagram; nothing could be delivered")
+
+
+class EventQueue:
+    """Virtual time plus a heap of (time, order, kind, payload)."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+        self._heap: list[tuple[float, int, str, Any]] = []
+        self._order = 0
+
+    def push(self, at: float, kind: str, payload: Any) -> None:
+        self._order += 1
+        heapq.heappush(self._heap, (at, self._order, kind, payload))
+
+    def pop(self) -> tuple[str, Any]:
+        at, _, kind, payload = heapq.heappop(self._heap)
+        self.now = max(self.now, at)
+        return kind, payload
+
+    def __len__(self) -> int:
+        return len(self._heap)
+
+
+class SimNetwork:
+    """Carries datagrams between node indices through ``queue`` as ``("datagram", (dst, src, bytes))`` events."""
+
+    def __init__(self, queue: EventQueue, faults: LinkFaults, rng: random.Random, size: int) -> None:
+        self.queue = queue
+        self.faults = faults
+        self.rng = rng
+        self.size = size
+        self.sent = 0
+        self.lost = 0
+        self.duplicated = 0
+        self.in_flight = 0
+
+    def multicast(self, src: int, data: bytes) -> None:
+        for dst in range(self.size):
+            if dst != src:
+                self.unicast(src, dst, data)
+
+    def unicast(self, src: int, dst: int, data: bytes) -> None:
+        f = self.faults
+        rng = self.rng
+        self.sent += 1
+        if f.loss and rng.random() < f.loss:
+            self.lost += 1
+            return
+        copies = 1
+        if f.dup and rng.random() < f.dup:
+            copies = 2
+            self.duplicated += 1
+        for _ in range(copies):
+            delay = f.latency + rng.random() * f.jitter
+            if f.reorder and rng.random() < f.reorder:
+                delay += rng.random() * f.reorder_delay
+            self.in_flight += 1
+            self.queue.push(self.queue.now + delay, "datagram", (dst, src, data))
+
+    def arrived(self) -> None:
+        self.in_flight -= 1

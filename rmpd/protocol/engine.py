@@ -400,10 +400,11 @@ class GroupEngine:
         others = len(self._holds_sorted) - bisect.bisect_left(self._holds_sorted, ts)
         return others + (1 if self.q.contig >= ts else 0)
 
-    def _try_accept(self, now: float) -> None:
+    def _try_accept(self, now: float) -> tuple[int, ProcessId] | None:
+        """Accept the token if named and holding everything it requires; returns (ACK ts, previous site)."""
         target = self.accept_target
         if target is None or self.q.contig < target[1]:
-            return
+            return None
         ack_ts, last_ts, prev, quiet = target
         self.accept_target = None
         self.have_token = True
@@ -411,10 +412,7 @@ class GroupEngine:
         self.incoming_quiet = quiet
         self.stats["token_accepts"] += 1
         self._record("token", now, ts=last_ts, prev=prev)
-        if not self._order_pending(now):
-            if prev != self.pid:
-                self._unicast(prev, Confirm(self.view.view_id, self.pid, ack_ts), now)
-            self._schedule_null(now)
+        return ack_ts, prev
 
     def _schedule_null(self, now: float) -> None:
         if self.incoming_quiet < self.view.size - 1:
@@ -607,11 +605,19 @@ class GroupEngine:
 
     def _progress(self, now: float) -> None:
         q = self.q
-        self._advance_and_scan(now)
-        self._try_accept(now)
-        if self.have_token and not self._order_pending(now) and self.null_deadline is None:
-            self._schedule_null(now)
-        self._advance_and_scan(now)
+        while True:
+            self._advance_and_scan(now)
+            accepted = self._try_accept(now)
+            if not self.have_token:
+                break
+            if self._order_pending(now):
+                continue  # the ACK passed the token on (in a group of one, back to ourselves)
+            if accepted is not None and accepted[1] != self.pid:
+                # Nothing to order: confirm the pass explicitly (an ACK of ours would have confirmed it).
+                self._unicast(accepted[1], Confirm(self.view.view_id, self.pid, accepted[0]), now)
+            if self.null_deadline is None:
+                self._schedule_null(now)
+            break
         self._free_stable()
         # NACK holes; the first NACK waits a little so reordering alone does not cause one.
         if q.contig < q.high:

@@ -1,0 +1,137 @@
+"""`rmp sim`: run the protocol engine over a simulated faulty network for many seeds and check every invariant."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from rmpd.sim.runner import QOS_CHOICES, SeedResult, SimConfig, run_seed
+
+sim_app = typer.Typer()
+
+
+def _probability(value: float) -> float:
+    if not 0.0 <= value <= 1.0:
+        raise typer.BadParameter("must be a probability between 0 and 1")
+    return value
+
+
+def _qos(value: str) -> str:
+    if value not in QOS_CHOICES:
+        raise typer.BadParameter(f"must be one of {', '.join(QOS_CHOICES)}")
+    return value
+
+
+@sim_app.command("sim")
+def sim(
+    members: Annotated[int, typer.Option(min=1, max=200, help="Processes in the group.")] = 5,
+    senders: Annotated[int, typer.Option(min=0, help="How many members send (the first K).")] = 3,
+    messages: Annotated[int, typer.Option(min=0, help="Messages per sender.")] = 100,
+    size: Annotated[int, typer.Option(min=0, max=60000, help="Payload bytes per message.")] = 100,
+    loss: Annotated[float, typer.Option(callback=_probability, help="Per-link datagram loss probability.")] = 0.0,
+    dup: Annotated[float, typer.Option(callback=_probability, help="Per-link duplication probability.")] = 0.0,
+    reorder: Annotated[float, typer.Option(callback=_probability, help="Per-link probability of extra delay.")] = 0.0,
+    qos: Annotated[str, typer.Option(callback=_qos, help=f"One of {', '.join(QOS_CHOICES)}.")] = "total",
+    seeds: Annotated[int, typer.Option(min=1, help="Run seeds 1..S.")] = 1,
+    seed: Annotated[int | None, typer.Option(help="Run exactly this one seed (replays a failure).")] = None,
+    journal: Annotated[Path | None, typer.Option(help="Write journals to DIR/seed-<n>/.")] = None,
+    json_out: Annotated[bool, typer.Option("--json", help="End with one JSON object on stdout.")] = False,
+    workers: Annotated[int, typer.Option(min=0, help="Worker processes (0: one per CPU).")] = 0,
+) -> None:
+    """Simulate a group under loss, duplication and reordering; exit 1 if any invariant is violated."""
+    err = Console(stderr=True)
+    if senders > members:
+        raise typer.BadParameter("--senders cannot exceed --members", param_hint="--senders")
+    config = SimConfig(members=members, senders=senders, messages=messages, size=size, loss=loss, dup=dup,
+                       reorder=reorder, qos=qos)
+    seed_list = [seed] if seed is not None else list(range(1, seeds + 1))
+    started = time.monotonic()
+    results = _run_all(config, seed_list, journal, workers or os.cpu_count() or 1, err)
+    elapsed = time.monotonic() - started
+
+    failures = []
+    for r in results:
+        for v in r.violations:
+            failures.append({"seed": r.seed, "invariant": v["invariant"], "detail": v["detail"],
+                             "replay": config.replay_command(r.seed)})
+        if r.delivered != r.expected:
+            failures.append({"seed": r.seed, "invariant": "liveness",
+                             "detail": f"delivered {r.delivered} of {r.expected} reliable deliveries",
+                             "replay": config.replay_command(r.seed)})
+        if not r.quiescent:
+            failures.append({"seed": r.seed, "invariant": "quiescence",
+                             "detail": f"ring still busy after {config.max_time} simulated seconds",
+                             "replay": config.replay_command(r.seed)})
+    summary = {
+        "seeds": len(results),
+        "violations": sum(r.violation_count for r in results),
+        "delivered": sum(r.delivered for r in results),
+        "expected": sum(r.expected for r in results),
+        "quiescent": all(r.quiescent for r in results),
+        "quiescent_seeds": sum(r.quiescent for r in results),
+        "datagrams": sum(r.datagrams for r in results),
+        "max_sim_seconds": max((r.sim_time for r in results), default=0.0),
+        "max_ack_slots": max((r.max_ack_slots for r in results), default=0),
+        "elapsed_seconds": round(elapsed, 3),
+        "failures": failures,
+    }
+    _print_summary(Console(stderr=json_out), config, summary)
+    if json_out:
+        typer.echo(json.dumps(summary))
+    if failures:
+        raise typer.Exit(1)
+
+
+def _run_all(config: SimConfig, seeds: list[int], journal: Path | None, workers: int,
+             err: Console) -> list[SeedResult]:
+    results: list[SeedResult] = []
+    with Progress(TextColumn("simulating"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=err, transient=True) as progress:
+        task = progress.add_task("seeds", total=len(seeds))
+        if workers <= 1 or len(seeds) == 1:
+            for s in seeds:
+                results.append(run_seed(config, s, journal))
+                progress.advance(task)
+        else:
+            with ProcessPoolExecutor(max_workers=min(workers, len(seeds))) as pool:
+                futures = [pool.submit(run_seed, config, s, journal) for s in seeds]
+                for future in as_completed(futures):
+                    results.append(future.result())
+                    progress.advance(task)
+    return sorted(results, key=lambda r: r.seed)
+
+
+def _print_summary(console: Console, config: SimConfig, summary: dict) -> None:
+    table = Table(title=f"rmp sim: {config.members} members, {config.senders} senders x {config.messages} "
+                        f"messages, qos {config.qos}, loss {config.loss}, dup {config.dup}, reorder {config.reorder}")
+    table.add_column("seeds", justify="right")
+    table.add_column("violations", justify="right")
+    table.add_column("delivered / expected", justify="right")
+    table.add_column("quiescent", justify="right")
+    table.add_column("datagrams", justify="right")
+    table.add_column("max OrderingQ ACKs", justify="right")
+    table.add_column("wall s", justify="right")
+    ok = summary["violations"] == 0
+    table.add_row(
+        str(summary["seeds"]),
+        f"[{'green' if ok else 'red'}]{summary['violations']}[/]",
+        f"{summary['delivered']} / {summary['expected']}",
+        f"{summary['quiescent_seeds']} / {summary['seeds']}",
+        str(summary["datagrams"]),
+        str(summary["max_ack_slots"]),
+        f"{summary['elapsed_seconds']:.1f}",
+    )
+    console.print(table)
+    for f in summary["failures"][:10]:
+        console.print(f"[red]seed {f['seed']}[/] {f['invariant']}: {f['detail']}\n  replay: {f['replay']}")
+    if len(summary["failures"]) > 10:
+        console.print(f"... and {len(summary['failures']) - 10} more failures")

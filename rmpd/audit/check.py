@@ -1,0 +1,43 @@
+"""What every invariant check returns, and helpers to shape its violation rows."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+
+from .schema import EXAMPLE_FIELDS
+
+
+@dataclass(frozen=True)
+class Check:
+    """One invariant as two lazy DataFrames: the items it covers and the items that break it.
+
+    Nothing runs until the report asks for counts, so all checks can share one pass over the cached records.
+    ``violations`` has the columns of ``EXAMPLE_FIELDS``.
+    """
+
+    name: str
+    checked: DataFrame
+    violations: DataFrame
+
+
+def example(
+    df: DataFrame,
+    node: Column | None = None,
+    view: Column | None = None,
+    ts: Column | None = None,
+    src: Column | None = None,
+    seq: Column | None = None,
+    detail: Column | None = None,
+) -> DataFrame:
+    """Project ``df`` onto the shared example columns; absent ones are typed nulls."""
+    defaults = {"node": "string", "view": "string", "ts": "long", "src": "string", "seq": "long", "detail": "string"}
+    given = {"node": node, "view": view, "ts": ts, "src": src, "seq": seq, "detail": detail}
+    return df.select(
+        *[
+            (F.lit(None) if given[name] is None else given[name]).cast(defaults[name]).alias(name)
+            for name in EXAMPLE_FIELDS
+        ]
+    )

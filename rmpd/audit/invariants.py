@@ -1,0 +1,33 @@
+"""The journal invariants in report order, each a pure ``records -> Check`` transform."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from pyspark.sql import DataFrame
+
+from .check import Check
+from .membership import atomicity, unique_view_id, virtual_synchrony
+from .ordering import no_duplicate, one_order, source_order, total_order
+from .resilience import k_resilience
+from .schema import INVARIANTS
+from .scmp_check import scmp_at_most_once
+
+CHECKS: tuple[Callable[[DataFrame], Check], ...] = (
+    one_order,
+    total_order,
+    no_duplicate,
+    source_order,
+    virtual_synchrony,
+    atomicity,
+    k_resilience,
+    unique_view_id,
+    scmp_at_most_once,
+)
+
+
+def journal_checks(records: DataFrame) -> list[Check]:
+    """Build every journal check (lazily: nothing runs yet)."""
+    checks = [make(records) for make in CHECKS]
+    assert tuple(c.name for c in checks) == INVARIANTS
+    return checks

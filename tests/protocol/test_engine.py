@@ -1,0 +1,238 @@
+"""Engine behaviour, driven with a scripted clock: ordering, token acceptance, NACKs, QoS delivery times."""
+
+from __future__ import annotations
+
+import itertools
+
+from rmpd.protocol.config import EngineConfig
+from rmpd.protocol.ids import ViewId
+from rmpd.protocol.orderingq import SlotKind, SlotState
+from rmpd.protocol.packets import Ack, Confirm, Data, Nack, encode
+from rmpd.protocol.qos import QoS
+
+from .harness import Ring
+
+
+def test_total_order_is_the_same_everywhere_including_the_sender() -> None:
+    ring = Ring(3)
+    ring.send(1, b"b1")
+    ring.send(2, b"c1")
+    assert ring.delivered(1) == [] and ring.delivered(2) == [], "total messages wait for their ACK"
+    ring.flush()
+    orders = [[(d.payload, d.ts) for d in ring.deliveries(i)] for i in range(3)]
+    assert orders[0] == orders[1] == orders[2]
+    assert sorted(p for p, _ in orders[0]) == [b"b1", b"c1"]
+    ts = [t for _, t in orders[0]]
+    assert ts == sorted(ts) and len(set(ts)) == 2
+
+
+def test_ack_orders_a_batch_with_consecutive_timestamps() -> None:
+    ring = Ring(3)
+    ring.drop = lambda src, dst, p: dst == ring.pids[0] and isinstance(p, Data) and p.seq == 1
+    for i in range(3):
+        ring.send(1, f"m{i}".encode())
+    ring.flush()
+    assert ring.delivered(2) == [], "A holds m1 and m2 but may not order them before m0"
+    ring.drop = lambda src, dst, p: False
+    ring.advance(0.5)  # B retransmits m0; A, the token site, orders all three with one ACK
+    acks = [p for s, _, p in ring.log if isinstance(p, Ack) and p.ids and s == ring.pids[0]]
+    assert acks[0].ids == tuple((ring.pids[1], n, QoS.TOTAL) for n in (1, 2, 3))
+    d = ring.deliveries(2)
+    assert [x.ts for x in d] == [acks[0].ts + 1, acks[0].ts + 2, acks[0].ts + 3]
+    assert [x.payload for x in d] == [b"m0", b"m1", b"m2"]
+
+
+def test_unordered_and_unreliable_are_delivered_on_receipt() -> None:
+    ring = Ring(3)
+    c = ring.pids[2]
+    ring.drop = lambda src, dst, p: dst == c and isinstance(p, Ack)
+    ring.send(1, b"u", QoS.UNORDERED)
+    ring.send(1, b"x", QoS.UNRELIABLE)
+    ring.send(1, b"t", QoS.TOTAL)
+    ring.flush()
+    assert ring.delivered(2) == [b"u", b"x"], "C has no ACK yet: only unordered and unreliable may be delivered"
+    assert ring.delivered(1)[:2] == [b"u", b"x"], "the sender delivers its own at once too"
+
+
+def test_source_order_waits_for_earlier_sequence_numbers() -> None:
+    ring = Ring(3)
+    b, c = ring.pids[1], ring.pids[2]
+    ring.drop = lambda src, dst, p: (dst == c and isinstance(p, Data) and p.seq == 1) or (
+        dst == c and isinstance(p, Ack))
+    ring.send(1, b"s1", QoS.SOURCE)
+    ring.send(1, b"s2", QoS.SOURCE)
+    ring.flush()
+    assert ring.delivered(2) == [], "s2 must wait for s1"
+    assert ring.delivered(1) == [b"s1", b"s2"]
+    ring.drop = lambda src, dst, p: False
+    ring.advance(1.0)
+    assert ring.delivered(2) == [b"s1", b"s2"]
+    assert [d.src for d in ring.deliveries(2)] == [b, b]
+
+
+def test_k_resilient_waits_until_k_members_are_known_to_hold_it() -> None:
+    ring = Ring(3)  # A holds the token; C sends; A's ACK orders it and passes the token to B.
+    a = ring.pids[0]
+    ring.drop = lambda src, dst, p: dst == a and isinstance(p, Confirm | Ack)
+    ring.send(2, b"k2", QoS.k(2))
+    ring.flush()
+    assert ring.delivered(2) == [b"k2"], "C knows A (the ACK's sender) and itself hold it"
+    assert ring.delivered(1) == [b"k2"], "B accepted the token: A and B hold it"
+    assert ring.delivered(0) == [], "A has not heard that anyone else holds it"
+    ring.drop = lambda src, dst, p: False
+    ring.advance(1.5)
+    assert ring.delivered(0) == [b"k2"]
+
+
+def test_safe_waits_for_the_token_to_go_round() -> None:
+    ring = Ring(3)
+    ring.send(2, b"safe", QoS.SAFE)
+    ring.flush()
+    assert [ring.delivered(i) for i in range(3)] == [[], [], []], "only A and one other are known to hold it"
+    ring.advance(1.2)  # B idles and passes the token to C with a NULL ACK; C confirms to B
+    assert ring.delivered(2) == [b"safe"]
+    assert ring.delivered(1) == [b"safe"]
+    assert ring.delivered(0) == [], "A has not heard from C yet"
+    ring.advance(1.2)  # C's NULL ACK reaches A
+    assert ring.delivered(0) == [b"safe"]
+
+
+def test_majority_in_a_ring_of_four_needs_three_holders() -> None:
+    ring = Ring(4)
+    ring.send(1, b"m", QoS.MAJORITY)
+    ring.flush()
+    assert ring.delivered(2) == [] and ring.delivered(3) == [], "A and self make two of four: not a majority"
+    ring.advance(1.2)
+    assert ring.delivered(2) == [b"m"] and ring.delivered(3) == [b"m"]
+
+
+def test_token_is_accepted_only_without_holes() -> None:
+    ring = Ring(3)
+    a, b, _c = ring.pids
+    ring.drop = lambda src, dst, p: dst == b and isinstance(p, Data)
+    ring.send(2, b"from-c")
+    ring.flush()
+    engine_b = ring[1]
+    assert engine_b.accept_target is not None, "A's ACK named B as the next token site"
+    assert not engine_b.have_token, "B lacks the data the ACK ordered, so it must not accept"
+    assert not any(isinstance(p, Confirm) and s == b for s, _, p in ring.log)
+    assert ring.delivered(1) == []
+    ring.advance(0.2)
+    assert any(isinstance(p, Nack) and s == b for s, _, p in ring.log)
+    assert not engine_b.have_token
+    ring.drop = lambda src, dst, p: False
+    ring.advance(0.5)
+    assert engine_b.have_token or engine_b.accepted_ts >= 1
+    assert ring.delivered(1) == [b"from-c"]
+    assert any(isinstance(p, Confirm) and s == b and d == a for s, d, p in ring.log)
+
+
+def test_nack_names_last_token_site_then_rotates_then_anyone() -> None:
+    ring = Ring(4)
+    a, b, c, d = ring.pids
+    ring.drop = lambda src, dst, p: dst == c and isinstance(p, Data)
+    ring.send(1, b"x")
+    ring.advance(3.0)
+    targets = []
+    for s, _, p in ring.log:
+        if s == c and isinstance(p, Nack) and not p.tail and (not targets or targets[-1][0] != p):
+            targets.append((p, p.target))
+    seen = []
+    for _, t in targets:
+        if not seen or seen[-1] != t:
+            seen.append(t)
+    assert seen[:4] == [a, b, d, None]
+    ring.drop = lambda src, dst, p: False
+    ring.advance(3.0)
+    assert ring.delivered(2) == [b"x"]
+
+
+def test_ack_is_resent_with_backoff_until_confirmed() -> None:
+    ring = Ring(3)
+    a = ring.pids[0]
+    ring.drop = lambda src, dst, p: dst == a and not isinstance(p, Data)
+    ring.send(1, b"x")
+    ring.flush()  # A orders and passes the token to B, then hears nothing back
+    ring.advance(12.0)
+    resends = [t for (s, _, p), t in zip(ring.log, ring.log_times, strict=True)
+               if s == a and isinstance(p, Ack) and p.ids]
+    times = sorted(set(resends))
+    gaps = [round(y - x, 2) for x, y in itertools.pairwise(times)]
+    assert gaps[:4] == [0.2, 0.4, 0.8, 1.6] or gaps[:4] == [0.4, 0.8, 1.6, 2.0]
+    assert max(gaps) <= 2.0 + 0.01, "back-off is clamped at 2 s"
+    assert ring[0].pass_pending is not None
+    ring.drop = lambda src, dst, p: False
+    ring.advance(3.0)
+    assert ring[0].pass_pending is None
+
+
+def test_quiet_ring_passes_the_token_once_round_and_stops() -> None:
+    ring = Ring(4)
+    ring.send(2, b"last")
+    ring.flush()
+    ring.advance(10.0)
+    null_acks = [p for _, _, p in ring.log if isinstance(p, Ack) and not p.ids]
+    assert len({p.ts for p in null_acks}) == 3, "after the last ordered packet, N-1 NULL ACKs bring it home"
+    assert [p.quiet for p in sorted({p.ts: p for p in null_acks}.values(), key=lambda p: p.ts)] == [1, 2, 3]
+    assert all(e.quiet for e in ring.engines.values()), "nothing left to do: the ring is silent"
+    holders = [e for e in ring.engines.values() if e.have_token]
+    assert len(holders) == 1
+    before = len(ring.log)
+    ring.advance(10.0)
+    assert len(ring.log) == before
+
+
+def test_orderingq_stays_bounded_and_frees_stable_slots() -> None:
+    ring = Ring(3)
+    for i in range(60):
+        ring.send(i % 3, f"m{i}".encode())
+        ring.flush()
+        for e in ring.engines.values():
+            assert e.q.ack_slots <= 3 + 1
+    ring.advance(5.0)
+    for e in ring.engines.values():
+        assert e.q.ack_slots <= 3
+        assert len(e.data) == 0, "every message is stable, so no data packet is held for retransmission"
+        assert all(s.state is SlotState.DELIVERED or s.kind is not SlotKind.DATA for s in e.q.slots.values())
+    assert [len(ring.delivered(i)) for i in range(3)] == [60, 60, 60]
+
+
+def test_duplicates_are_delivered_once() -> None:
+    ring = Ring(3)
+    ring.send(1, b"once", QoS.UNORDERED)
+    ring.send(1, b"once-total")
+    ring.flush()
+    packets = [p for s, d, p in ring.log if isinstance(p, Data) and d == ring.pids[2]]
+    for p in packets:
+        ring[2].receive_datagram(encode(p), ring.pids[1], ring.now)
+    ring.advance(1.0)
+    assert ring.delivered(2) == [b"once", b"once-total"]
+    assert ring[2].stats["duplicates"] >= 2
+
+
+def test_window_queues_sends_and_delivers_all_in_order() -> None:
+    ring = Ring(2, EngineConfig(window_packets=4, journal=True))
+    for i in range(40):
+        ring.send(1, f"{i}".encode(), QoS.SOURCE)
+    assert len(ring[1].outstanding) == 4 and len(ring[1].send_queue) == 36
+    ring.advance(3.0)
+    assert ring.delivered(0) == [f"{i}".encode() for i in range(40)]
+
+
+def test_hostile_datagrams_are_counted_and_dropped() -> None:
+    ring = Ring(2)
+    e = ring[1]
+    e.receive_datagram(b"garbage", None, 0.0)
+    e.receive_datagram(encode(Data(ViewId("9.9.9.9:9", 1), ring.pids[0], 1, QoS.TOTAL, None, b"")), None, 0.0)
+    e.receive_datagram(encode(Data(ring.view.view_id, "9.9.9.9:9", 1, QoS.TOTAL, None, b"")), None, 0.0)
+    e.receive_datagram(encode(Data(ring.view.view_id, ring.pids[1], 1, QoS.TOTAL, None, b"")), None, 0.0)
+    assert (e.stats["malformed"], e.stats["other_view"], e.stats["non_member"], e.stats["own_echo"]) == (1, 1, 1, 1)
+    assert ring.delivered(1) == []
+
+
+def test_single_member_group_orders_its_own_messages() -> None:
+    ring = Ring(1)
+    for q in (QoS.TOTAL, QoS.SAFE, QoS.SOURCE):
+        ring.send(0, q.name().encode(), q)
+    assert ring.delivered(0) == [b"total", b"safe", b"source"]
+    assert ring[0].quiet

@@ -20,3 +20,7 @@ app.add_typer(sim_app)
 
 def main() -> None:
     app()
+
+
+if __name__ == "__main__":
+    main()

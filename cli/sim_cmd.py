@@ -34,7 +34,9 @@ def _qos(value: str) -> str:
 @sim_app.command("sim")
 def sim(
     members: Annotated[int, typer.Option(min=1, max=200, help="Processes in the group.")] = 5,
-    senders: Annotated[int, typer.Option(min=0, help="How many members send (the first K).")] = 3,
+    senders: Annotated[
+        int | None, typer.Option(min=0, help="How many members send (the first K) [default: min(3, members)].")
+    ] = None,
     messages: Annotated[int, typer.Option(min=0, help="Messages per sender.")] = 100,
     size: Annotated[int, typer.Option(min=0, max=60000, help="Payload bytes per message.")] = 100,
     loss: Annotated[float, typer.Option(callback=_probability, help="Per-link datagram loss probability.")] = 0.0,
@@ -49,6 +51,8 @@ def sim(
 ) -> None:
     """Simulate a group under loss, duplication and reordering; exit 1 if any invariant is violated."""
     err = Console(stderr=True)
+    if senders is None:
+        senders = min(3, members)
     if senders > members:
         raise typer.BadParameter("--senders cannot exceed --members", param_hint="--senders")
     config = SimConfig(members=members, senders=senders, messages=messages, size=size, loss=loss, dup=dup,

@@ -403,7 +403,7 @@ class GroupEngine:
     def _try_accept(self, now: float) -> tuple[int, ProcessId] | None:
         """Accept the token if named and holding everything it requires; returns (ACK ts, previous site)."""
         target = self.accept_target
-        if target is None or self.q.contig < target[1]:
+        if target is None or not self._holds_through(target[1]):
             return None
         ack_ts, last_ts, prev, quiet = target
         self.accept_target = None
@@ -413,6 +413,10 @@ class GroupEngine:
         self.stats["token_accepts"] += 1
         self._record("token", now, ts=last_ts, prev=prev)
         return ack_ts, prev
+
+    def _holds_through(self, ts: int) -> bool:
+        """The acceptance rule: no hole in the OrderingQ up to ``ts``."""
+        return self.q.contig >= ts
 
     def _schedule_null(self, now: float) -> None:
         if self.incoming_quiet < self.view.size - 1:

@@ -1,0 +1,80 @@
+"""Deliberately broken engines: each breaks one rule, so tests can show the checker notices."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rmpd.protocol.engine import GroupEngine
+from rmpd.protocol.packets import Data
+from rmpd.protocol.qos import Level
+
+
+class AcceptsWithHoles(GroupEngine):
+    """Accepts the token without holding every packet the ACK ordered."""
+
+    def _holds_through(self, ts: int) -> bool:
+        return True
+
+
+class DeliversTotalOnReceipt(GroupEngine):
+    """Hands totally ordered messages to the application as soon as they arrive, before any ACK."""
+
+    def _on_data(self, packet: Data, now: float) -> None:
+        fresh = packet.qos.level == Level.TOTAL and not self._delivered(packet.src, packet.seq)
+        super()._on_data(packet, now)
+        if fresh:
+            self._deliver(packet, None, now, holders=1)
+
+
+class DeliversDuplicates(GroupEngine):
+    """Hands every copy of an unordered message to the application, duplicates included."""
+
+    def _on_data(self, packet: Data, now: float) -> None:
+        if packet.qos.level == Level.UNORDERED and self._delivered(packet.src, packet.seq):
+            self._deliver(packet, None, now, holders=1)
+            return
+        super()._on_data(packet, now)
+
+
+class IgnoresResilience(GroupEngine):
+    """Treats every ordered message as held by the whole group."""
+
+    def holders_of(self, ts: int) -> int:
+        return 1_000
+
+
+class SourceOrderOnReceipt(GroupEngine):
+    """Delivers source-ordered messages on receipt, ignoring gaps."""
+
+    def _deliver_source_chain(self, src: str, now: float) -> None:
+        for (s, seq), packet in list(self.data.items()):
+            if s == src and packet.qos.level == Level.SOURCE and not self._delivered(s, seq):
+                self._deliver(packet, None, now, holders=1)
+
+
+class EveryoneHoldsTheToken(GroupEngine):
+    """Every member starts as token site: two sites order different packets at one timestamp."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.have_token = True
+        self.incoming_quiet = 0
+
+
+class SkipsOneMessage(GroupEngine):
+    """The second member never hands the message at timestamp 5 to its application."""
+
+    def _deliver(self, packet: Data, ts: int | None, now: float, holders: int) -> None:
+        if ts == 5 and self.pid == self.view.members[1]:
+            self._mark_delivered(packet.src, packet.seq)
+            return
+        super()._deliver(packet, ts, now, holders)
+
+
+class CorruptsPayloads(GroupEngine):
+    """Delivers a different payload than was sent."""
+
+    def _deliver(self, packet: Data, ts: int | None, now: float, holders: int) -> None:
+        if packet.src != self.pid:
+            packet = Data(packet.view, packet.src, packet.seq, packet.qos, packet.handler, packet.payload + b"!")
+        super()._deliver(packet, ts, now, holders)

@@ -55,13 +55,19 @@ class QoS(NamedTuple):
 
     @classmethod
     def from_code(cls, code: int) -> QoS:
+        known = _BY_CODE.get(code)
+        if known is not None:
+            return known
         level = Level(code & 7)
         k = code >> 3
         if level == Level.K_RESILIENT and k < 1:
             raise ValueError("K-resilient QoS needs K >= 1")
         if level != Level.K_RESILIENT and k:
             raise ValueError("only K-resilient QoS carries K")
-        return _CANONICAL.get((level, k)) or cls(level, k)
+        qos = _CANONICAL.get((level, k)) or cls(level, k)
+        if len(_BY_CODE) < 1024:
+            _BY_CODE[code] = qos
+        return qos
 
     def name(self) -> str:
         if self.level == Level.K_RESILIENT:
@@ -110,3 +116,5 @@ QoS.TOTAL = QoS(Level.TOTAL)
 QoS.MAJORITY = QoS(Level.MAJORITY)
 QoS.SAFE = QoS(Level.SAFE)
 _CANONICAL = {(q.level, q.k): q for q in (QoS.UNRELIABLE, QoS.UNORDERED, QoS.SOURCE, QoS.TOTAL, QoS.MAJORITY, QoS.SAFE)}
+_BY_CODE: dict[int, QoS] = {}
+"""Decoded QoS codes, so the hot path of packet decoding builds no new objects."""

@@ -29,5 +29,11 @@ class EngineConfig:
     """Own unordered packets resent per retransmission timeout."""
     nack_response_limit: int = 64
     """Packets resent for one tail NACK at most."""
+    request_interval: float = 0.5
+    """First resend interval of an unanswered List Change Request (doubling up to rto_max)."""
+    join_retries: int = 6
+    """Unanswered join requests before a process forms a group of its own (or gives up, for existing-only joins)."""
+    leave_linger: float = 30.0
+    """A departed member answers NACKs at most this long while waiting for what it held to become stable."""
     journal: bool = False
     """Produce journal records (docs/trace-format.md)."""

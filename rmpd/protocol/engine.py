@@ -16,13 +16,13 @@ delivered, and how stable slots are found and freed.
 
 from __future__ import annotations
 
-import bisect
 from collections import Counter, deque
 from typing import Any, Protocol
 
 from .config import EngineConfig
-from .events import Delivery, Event, Transmit, ViewInstalled
-from .ids import ProcessId
+from .events import Delivery, Event, Left, LockResult, SendRefused, Transmit, ViewInstalled
+from .ids import ProcessId, ViewCounter, ViewId
+from .membership import apply_change
 from .orderingq import Conflict, OrderingQ, Slot, SlotKind, SlotState
 from .packets import (
     Ack,
@@ -30,6 +30,7 @@ from .packets import (
     Data,
     DataId,
     DecodeError,
+    ListChangeRequest,
     Nack,
     NewList,
     Packet,
@@ -95,13 +96,27 @@ class GroupEngine:
         config: EngineConfig | None = None,
         rng: Rng,
         now: float,
-        start_ts: int = 0,
+        view_counter: ViewCounter | None = None,
+        request_ids: int = 1,
+        joined_by: NewList | None = None,
     ) -> None:
+        """Start in ``view``: either as a founding member of a view created out of band (the first member holds
+        the token), or, with ``joined_by``, as a joiner admitted by that New List (which names it the next token
+        site and carries the per-source sequence numbers it starts from)."""
         if pid not in view:
             raise ValueError(f"{pid} is not a member of view {view.view_id}")
+        start_ts = joined_by.ts if joined_by is not None else 0
         self.pid = pid
         self.group = group
         self.view = view
+        """The view packets are ordered in now (the latest New List known)."""
+        self.app_view = view
+        """The view the application has seen installed (changes when the New List is delivered)."""
+        self.known_views: dict[ViewId, View] = {view.view_id: view}
+        self.member_since: dict[ProcessId, int] = {m: start_ts for m in view.members}
+        self.view_sizes: list[tuple[int, int]] = [(start_ts, view.size)]
+        """(timestamp, view size) of each view still in the OrderingQ, for MaxN."""
+        self.view_counter = view_counter or ViewCounter(pid, 0, now)
         self.config = config or EngineConfig()
         self.rng = rng
         self.stats: Counter[str] = Counter()
@@ -121,18 +136,19 @@ class GroupEngine:
         self.src_ahead: dict[ProcessId, set[int]] = {}
         # What each other member is known to hold: everything through holds[m].
         self.holds: dict[ProcessId, int] = {m: start_ts for m in view.members if m != pid}
-        self._holds_sorted: list[int] | None = None
 
-        # Token state.  The view starts with a committed New List at start_ts whose token site is the first
-        # member, and the ring quiet.
-        first = view.members[0]
+        # Token state.  A founded view starts with its first member holding the token and the ring quiet; a
+        # joiner starts named as next token site by the New List that admitted it.
+        first = view.members[0] if joined_by is None else joined_by.src
         self.latest_ack_ts = start_ts
         self.last_ack_sender: ProcessId = first
-        self.token_site: ProcessId = first
+        self.token_site: ProcessId = first if joined_by is None else joined_by.next_site
         self.have_token = pid == first
         self.accepted_ts = start_ts if self.have_token else -1
         self.incoming_quiet = view.size - 1
         self.accept_target: tuple[int, int, ProcessId, int] | None = None
+        if joined_by is not None and joined_by.next_site == pid:
+            self.accept_target = (start_ts, start_ts, joined_by.src, 0)
         self.pass_pending: Ack | None = None
         self._pass_bytes = b""
         self.pass_timer = Backoff(self.config.rto_initial, self.config.rto_max)
@@ -151,9 +167,28 @@ class GroupEngine:
         self._nack_contig = start_ts
         self.stall_deadline: float | None = None
         self.stall_tries = 0
+        self._hint_target: ProcessId | None = None
 
-        slot = self.q.place_control(start_ts, SlotKind.VIEW, ("initial", view.view_id))
-        del slot
+        # Membership changes: requests waiting for the token site, the highest request ID served per requester,
+        # this process's own requests awaiting their New List, and leaving.
+        self.pending_requests: dict[tuple[ProcessId, int], ListChangeRequest] = {}
+        self.requests_done: dict[ProcessId, int] = {}
+        self.my_requests: dict[int, ListChangeRequest] = {}
+        self._answered: dict[int, ListChangeRequest] = {}
+        self.next_request_id = request_ids
+        self.request_timer = Backoff(self.config.request_interval, self.config.rto_max)
+        self.leaving = False
+        self.departed = False
+        self.departed_at: float | None = None
+        self.finished = False
+
+        if joined_by is not None:
+            self.ordered_upto.update(joined_by.seqs)
+            self.src_next.update({src: seq + 1 for src, seq in joined_by.seqs})
+            self.requests_done.update(joined_by.done)
+            self.q.place_control(start_ts, SlotKind.VIEW, joined_by)
+        else:
+            self.q.place_control(start_ts, SlotKind.VIEW, ("initial", view.view_id))
         first_slot = self.q.get(start_ts)
         assert first_slot is not None
         first_slot.state = SlotState.DELIVERED
@@ -182,7 +217,7 @@ class GroupEngine:
             d
             for d in (
                 self.pass_timer.deadline, self.rto.deadline, self.null_deadline, self.nack_deadline,
-                self.stall_deadline,
+                self.stall_deadline, self.request_timer.deadline,
             )
             if d is not None
         ]
@@ -198,6 +233,9 @@ class GroupEngine:
 
     def send(self, payload: bytes, qos: QoS, now: float, handler: int | None = None) -> int | None:
         """Accept an application message; returns its sequence number (None when refused)."""
+        if self.leaving or self.departed:
+            self._events.append(SendRefused(self.group, "this process is leaving the group"))
+            return None
         if qos.level == Level.UNRELIABLE:
             seq = self.next_unreliable_seq
             self.next_unreliable_seq += 1
@@ -224,24 +262,42 @@ class GroupEngine:
             return
         self.receive_packet(packet, now)
 
+    def accepts_view(self, view_id: ViewId | None) -> bool:
+        return view_id in self.known_views
+
     def receive_packet(self, packet: Packet, now: float) -> None:
-        if packet.view != self.view.view_id:
-            self.stats["other_view"] += 1
-            return
         src = getattr(packet, "src", None)
         if src == self.pid:
             self.stats["own_echo"] += 1
             return
-        if src not in self.view:
+        if isinstance(packet, ListChangeRequest):
+            if packet.group == self.group and (packet.view is None or packet.view in self.known_views):
+                self._on_request(packet, now)
+                self._progress(now)
+            else:
+                self.stats["other_view"] += 1
+            return
+        view = self.known_views.get(packet.view)  # type: ignore[arg-type]
+        if view is None:
+            self.stats["other_view"] += 1
+            if src in self.view and not self.departed:
+                self._note_unknown_view(src, now)
+            return
+        if src not in view:
             self.stats["non_member"] += 1
             return
         self.stats["received"] += 1
         if self.config.journal:
             self._record_packet("recv", packet, now)
+        if self.departed:
+            self._departed_receive(packet, now)
+            return
         if isinstance(packet, Data):
             self._on_data(packet, now)
         elif isinstance(packet, Ack):
             self._on_ack(packet, now)
+        elif isinstance(packet, NewList):
+            self._on_new_list(packet, now)
         elif isinstance(packet, Confirm):
             self._on_confirm(packet)
         elif isinstance(packet, Nack):
@@ -251,11 +307,19 @@ class GroupEngine:
             return
         self._progress(now)
 
+    def _note_unknown_view(self, src: ProcessId, now: float) -> None:
+        """A member speaks in a view we have not seen: we missed a New List.  Ask that member for what follows."""
+        self.stats["unknown_view_hints"] += 1
+        self._hint_target = src
+        soon = now + self.config.nack_delay
+        if self.stall_deadline is None or self.stall_deadline > soon + self.config.nack_timeout:
+            self.stall_deadline = soon
+
     def handle_timer(self, now: float) -> None:
         """Run whatever is due at ``now``."""
         if self.pass_timer.expired(now) and self.pass_pending is not None:
             self.stats["ack_retransmits"] += 1
-            self._datagrams.append(Transmit(None, self._pass_bytes))
+            self._datagrams.append(Transmit(None, self._pass_bytes, self.group))
             self._record_packet("send", self.pass_pending, now)
             self.pass_timer.back_off(now)
         if self.rto.expired(now):
@@ -268,6 +332,11 @@ class GroupEngine:
             self._send_nack(now, tail=False)
         if self.stall_deadline is not None and now >= self.stall_deadline:
             self._send_nack(now, tail=True)
+        if self.request_timer.expired(now):
+            self._resend_requests(now)
+        if self.departed:
+            self._check_finished(now)
+            return
         self._progress(now)
 
     # ------------------------------------------------------------------------------------------------------------
@@ -348,22 +417,239 @@ class GroupEngine:
                     del self.unordered[src]
             if src == self.pid:
                 self._own_ordered(seq, now)
-        self._learn_holds(ack.src, ack.last_ts)
-        if ack.ts > self.latest_ack_ts:
-            self.latest_ack_ts = ack.ts
-            self.last_ack_sender = ack.src
-            self.token_site = ack.next_site
-            if self.pass_pending is not None and ack.ts > self.pass_pending.ts:
-                self._pass_confirmed()
-            if (ack.next_site == self.pid and ack.src != self.pid) or self.view.size == 1:
-                self.accept_target = (ack.ts, ack.last_ts, ack.src, ack.quiet)
-            else:
-                self.accept_target = None
-            if self.stall_deadline is not None:
-                self.stall_deadline = None
-                self.stall_tries = 0
+        self._token_moved(ack.src, ack.ts, ack.last_ts, ack.next_site, ack.quiet)
 
-    def _reconfirm(self, ack: Ack, now: float) -> None:
+    def _token_moved(self, sender: ProcessId, ts: int, last_ts: int, next_site: ProcessId, quiet: int) -> None:
+        """An ACK or New List at ``ts`` passed the token from ``sender`` to ``next_site``."""
+        self._learn_holds(sender, last_ts)
+        if ts <= self.latest_ack_ts:
+            return
+        self.latest_ack_ts = ts
+        self.last_ack_sender = sender
+        self.token_site = next_site
+        if self.pass_pending is not None and ts > self.pass_pending.ts:
+            self._pass_confirmed()
+        if next_site == self.pid and (sender != self.pid or self.view.size == 1):
+            self.accept_target = (ts, last_ts, sender, quiet)
+        else:
+            self.accept_target = None
+        self.stall_deadline = None
+        self.stall_tries = 0
+        self._hint_target = None
+
+    # ------------------------------------------------------------------------------------------------------------
+    # Membership changes (New List, List Change Request)
+
+    def _on_request(self, request: ListChangeRequest, now: float) -> None:
+        key = (request.src, request.request_id)
+        if request.request_id <= self.requests_done.get(request.src, 0):
+            self.stats["requests_repeated"] += 1
+            self._answer_repeated_request(request, now)
+            return
+        if request.op == "join" and request.src in self.view:
+            self.stats["requests_repeated"] += 1
+            return
+        if request.op != "join" and request.src not in self.view:
+            self.stats["non_member"] += 1
+            return
+        self.pending_requests.setdefault(key, request)
+
+    def _answer_repeated_request(self, request: ListChangeRequest, now: float) -> None:
+        """A joiner that missed its New List asks again: the New List's sender unicasts it once more."""
+        for slot in self.q.slots.values():
+            nl = slot.packet
+            if (isinstance(nl, NewList) and nl.src == self.pid and nl.request_src == request.src
+                    and nl.request_id == request.request_id):
+                self._unicast(request.src, nl, now)
+                return
+
+    def _make_new_list(self, now: float) -> bool:
+        """As token site, answer the oldest pending request with a New List; False when none can be made now."""
+        while self.pending_requests:
+            key, request = next(iter(self.pending_requests.items()))
+            if request.request_id <= self.requests_done.get(request.src, 0) or (
+                    request.op != "join" and request.src not in self.view):
+                del self.pending_requests[key]
+                continue
+            change = apply_change(self.view, request, self.pid)
+            view_id = self.view.view_id
+            if change.changed:
+                fresh = self.view_counter.next_view_id(now)
+                if fresh is None:  # at most one new view per ms of uptime: try again on the next tick
+                    self.null_deadline = now + 0.001
+                    return False
+                view_id = fresh
+            members = change.members
+            if request.op == "join" and change.changed:
+                next_site = request.src
+            elif self.pid in members:
+                next_site = members[(members.index(self.pid) + 1) % len(members)]
+            else:  # the token site itself leaves: the token goes to the member after it
+                old = self.view.members
+                i = old.index(self.pid)
+                next_site = next(old[(i + k) % len(old)] for k in range(1, len(old)) if old[(i + k) % len(old)]
+                                 in members)
+            done = dict(self.requests_done)
+            done[request.src] = request.request_id
+            nl = NewList(
+                self.view.view_id, self.pid, self.q.high + 1, next_site, self.group, view_id,
+                tuple((m, m not in change.unicast_only) for m in members),
+                tuple(self.ordered_upto.items()), tuple(done.items()), change.locks, change.min_partition,
+                request.src, request.request_id, change.granted, None,
+            )
+            self.have_token = False
+            self.null_deadline = None
+            self.stats["new_lists_sent"] += 1
+            self._pass_bytes = self._multicast(nl, now)
+            if request.op == "join" and change.changed and request.src in change.unicast_only:
+                pass  # _multicast already unicast a copy to members that cannot receive multicast
+            elif request.op == "join" and change.changed:
+                self._unicast(request.src, nl, now)
+            self.pass_pending = nl  # type: ignore[assignment]
+            self.pass_timer.start(now)
+            self._on_new_list(nl, now)
+            return True
+        return False
+
+    def _on_new_list(self, nl: NewList, now: float) -> None:
+        q = self.q
+        if nl.ts < q.base:
+            self._reconfirm(nl, now)
+            return
+        try:
+            fresh = q.place_control(nl.ts, SlotKind.VIEW, nl)
+        except Conflict:
+            self.stats["conflicts"] += 1
+            return
+        if not fresh:
+            self.stats["duplicates"] += 1
+            self._reconfirm(nl, now)
+            return
+        if nl.request_src is not None and nl.request_id is not None:
+            if nl.request_id > self.requests_done.get(nl.request_src, 0):
+                self.requests_done[nl.request_src] = nl.request_id
+            self.pending_requests.pop((nl.request_src, nl.request_id), None)
+            answered_mine = nl.request_src == self.pid and self.my_requests.pop(nl.request_id, None) is not None
+            if answered_mine and not self.my_requests:
+                self.request_timer.stop()
+        new_view = View(nl.new_view, tuple(m for m, _ in nl.members),
+                        frozenset(m for m, capable in nl.members if not capable), nl.locks, nl.min_partition)
+        self.known_views[nl.new_view] = new_view
+        if nl.ts > self.latest_ack_ts:
+            for m in new_view.members:
+                if m not in self.view:
+                    self.member_since[m] = nl.ts
+                    if m != self.pid:
+                        self.holds.setdefault(m, nl.ts)
+            for m in self.view.members:
+                if m not in new_view:
+                    self.holds.pop(m, None)
+            self.view = new_view
+            self.view_sizes.append((nl.ts, new_view.size))
+        self._token_moved(nl.src, nl.ts, nl.ts, nl.next_site, 0)
+
+    def _commit_view(self, nl: NewList, now: float) -> None:
+        """The New List is delivered: the application sees the view change here, in order."""
+        view = self.known_views[nl.new_view]
+        if nl.new_view != self.app_view.view_id:
+            self.app_view = view
+            self._events.append(ViewInstalled(self.group, view.view_id, view.members, nl.ts))
+            self._record("view", now, ts=nl.ts, members=list(view.members))
+        if nl.request_src == self.pid and nl.request_id is not None:
+            self._request_answered(nl, now)
+        if self.pid not in view:
+            self._depart(now)
+
+    def _request_answered(self, nl: NewList, now: float) -> None:
+        request = self._answered.pop(nl.request_id, None)  # type: ignore[arg-type]
+        if request is not None and request.op in ("lock", "unlock") and request.arg is not None:
+            self._events.append(LockResult(self.group, request.arg, request.op, nl.granted))
+
+    def request_change(self, op: str, arg: int | None, now: float) -> int:
+        """Ask the token site for a view change (leave, lock, unlock); the answer comes back in order."""
+        request_id = self.next_request_id
+        self.next_request_id += 1
+        request = ListChangeRequest(self.group, self.view.view_id, self.pid, request_id, op, arg, True, 1, 1)
+        self.my_requests[request_id] = request
+        self._answered[request_id] = request
+        if self.request_timer.deadline is None:
+            self.request_timer.start(now)
+        self._multicast(request, now)
+        self._on_request(request, now)
+        self._progress(now)
+        return request_id
+
+    def lock(self, lock: int, now: float) -> int:
+        return self.request_change("lock", lock, now)
+
+    def unlock(self, lock: int, now: float) -> int:
+        return self.request_change("unlock", lock, now)
+
+    def leave(self, now: float) -> None:
+        """Leave once every message this process sent has been ordered, so nothing it accepted is lost."""
+        if self.leaving or self.departed:
+            return
+        self.leaving = True
+        if self.view.size == 1:
+            self._depart(now)
+            return
+        self._maybe_request_leave(now)
+
+    def _maybe_request_leave(self, now: float) -> None:
+        if self.leaving and not self.outstanding and not self.send_queue and not any(
+                r.op == "leave" for r in self._answered.values()):
+            self.request_change("leave", None, now)
+
+    def _resend_requests(self, now: float) -> None:
+        if not self.my_requests:
+            self.request_timer.stop()
+            return
+        for request in self.my_requests.values():
+            self.stats["request_retransmits"] += 1
+            resent = ListChangeRequest(request.group, self.view.view_id, request.src, request.request_id,
+                                       request.op, request.arg, request.multicast_capable, request.min_partition,
+                                       request.ttl)
+            self._multicast(resent, now)
+        self.request_timer.back_off(now)
+
+    # ------------------------------------------------------------------------------------------------------------
+    # After leaving: answer NACKs until everything held is stable
+
+    def _depart(self, now: float) -> None:
+        self.departed = True
+        self.departed_at = now
+        self.have_token = False
+        self.accept_target = None
+        self.null_deadline = None
+        self.nack_deadline = None
+        self.stall_deadline = None
+        self.rto.stop()
+        self.request_timer.stop()
+        self._check_finished(now)
+
+    def _departed_receive(self, packet: Packet, now: float) -> None:
+        if isinstance(packet, Ack | NewList):
+            last = packet.last_ts if isinstance(packet, Ack) else packet.ts
+            self._learn_holds(packet.src, last)
+            if self.pass_pending is not None and packet.ts > self.pass_pending.ts:
+                self._pass_confirmed()
+        elif isinstance(packet, Confirm):
+            self._on_confirm(packet)
+        elif isinstance(packet, Nack):
+            self._on_nack(packet, now)
+        self._check_finished(now)
+
+    def _check_finished(self, now: float) -> None:
+        if self.finished:
+            return
+        stable = all(self.holds.get(m, -1) >= self.q.high for m in self.view.members if m != self.pid)
+        lingered = self.departed_at is not None and now - self.departed_at >= self.config.leave_linger
+        if (stable and self.pass_pending is None) or lingered:
+            self.finished = True
+            self.pass_timer.stop()
+            self._events.append(Left(self.group, "left"))
+
+    def _reconfirm(self, ack: Ack | NewList, now: float) -> None:
         """A resent ACK whose token we already accepted: the Confirm was lost, send it again."""
         if ack.next_site == self.pid and self.accepted_ts >= ack.ts and ack.src != self.pid:
             self._unicast(ack.src, Confirm(self.view.view_id, self.pid, ack.ts), now)
@@ -377,6 +663,7 @@ class GroupEngine:
             self.rto.stop()
         while self.send_queue and len(self.outstanding) < self.config.window_packets:
             self._transmit_new(self.send_queue.popleft(), now)
+        self._maybe_request_leave(now)
 
     def _on_confirm(self, confirm: Confirm) -> None:
         pending = self.pass_pending
@@ -391,14 +678,18 @@ class GroupEngine:
     def _learn_holds(self, member: ProcessId, through: int) -> None:
         if member != self.pid and through > self.holds.get(member, through):
             self.holds[member] = through
-            self._holds_sorted = None
 
     def holders_of(self, ts: int) -> int:
-        """How many members are known to hold the slot at ``ts`` (this process counts when it holds it)."""
-        if self._holds_sorted is None:
-            self._holds_sorted = sorted(self.holds.values())
-        others = len(self._holds_sorted) - bisect.bisect_left(self._holds_sorted, ts)
+        """How many members are known to hold the slot at ``ts`` (this process counts when it holds it).
+
+        A member that joined after ``ts`` never held it, whatever its later ACKs say."""
+        since = self.member_since
+        others = sum(1 for m, h in self.holds.items() if h >= ts and since.get(m, 0) <= ts)
         return others + (1 if self.q.contig >= ts else 0)
+
+    def max_n(self) -> int:
+        """MaxN: the largest view any packet still held was ordered in."""
+        return max(size for _, size in self.view_sizes)
 
     def _try_accept(self, now: float) -> tuple[int, ProcessId] | None:
         """Accept the token if named and holding everything it requires; returns (ACK ts, previous site)."""
@@ -425,7 +716,9 @@ class GroupEngine:
             self.null_deadline = None
 
     def _order_pending(self, now: float) -> bool:
-        """As token site, order every data packet that can be ordered; True when an ACK went out."""
+        """As token site, answer a pending request or order what can be ordered; True when the token went on."""
+        if self.pending_requests and self._make_new_list(now):
+            return True
         if not self.unordered:
             return False
         ids: list[DataId] = []
@@ -481,10 +774,8 @@ class GroupEngine:
             self.nack_deadline = now + delay
         for ts in missing:
             self.q.slots[ts].state = SlotState.REQUESTED
-        nack = Nack(
-            self.view.view_id, self.pid, self._nack_target(tries), self.q.contig, self.q.high, tail,
-            tuple(missing), (),
-        )
+        target = self._hint_target if tail and self._hint_target is not None else self._nack_target(tries)
+        nack = Nack(self.view.view_id, self.pid, target, self.q.contig, self.q.high, tail, tuple(missing), ())
         self.stats["tail_nacks_sent" if tail else "nacks_sent"] += 1
         self._multicast(nack, now)
 
@@ -500,7 +791,7 @@ class GroupEngine:
             slot = self.q.get(ts)
             if slot is None or not slot.have:
                 continue
-            if slot.kind is SlotKind.ACK:
+            if slot.kind is SlotKind.ACK or isinstance(slot.packet, NewList):
                 self._multicast(slot.packet, now)  # type: ignore[arg-type]
             elif slot.kind is SlotKind.DATA and slot.key is not None:
                 self._multicast(self.data[slot.key], now)
@@ -556,13 +847,17 @@ class GroupEngine:
     def _scan_total(self, now: float) -> None:
         """Deliver in timestamp order everything that may go now."""
         q = self.q
-        size = self.view.size
+        size = self.max_n()
         while True:
             slot = q.get(self.deliver_ts)
             if slot is None or not slot.have:
                 return
             if slot.kind is not SlotKind.DATA:
                 self._finish(slot)
+                if isinstance(slot.packet, NewList):
+                    self._commit_view(slot.packet, now)
+                    if self.departed:
+                        return
                 continue
             key = slot.key
             assert key is not None
@@ -598,6 +893,8 @@ class GroupEngine:
             slot = q.pop_front()
             if slot.key is not None:
                 self.data.pop(slot.key, None)
+            if len(self.view_sizes) > 1 and self.view_sizes[1][0] <= q.base:
+                self.view_sizes.pop(0)
 
     # ------------------------------------------------------------------------------------------------------------
     # After every input
@@ -647,15 +944,19 @@ class GroupEngine:
     # Output helpers
 
     def _multicast(self, packet: Packet, now: float) -> bytes:
+        """Send to the group: one multicast, plus a unicast copy to each member that cannot receive multicast."""
         data = encode(packet)
-        self._datagrams.append(Transmit(None, data))
+        self._datagrams.append(Transmit(None, data, self.group))
+        for member in self.view.unicast_only:
+            if member != self.pid:
+                self._datagrams.append(Transmit(member, data, self.group))
         self.stats["sent"] += 1
         if self.config.journal:
             self._record_packet("send", packet, now)
         return data
 
     def _unicast(self, dest: ProcessId, packet: Packet, now: float) -> None:
-        self._datagrams.append(Transmit(dest, encode(packet)))
+        self._datagrams.append(Transmit(dest, encode(packet), self.group))
         self.stats["sent"] += 1
         if self.config.journal:
             self._record_packet("send", packet, now)

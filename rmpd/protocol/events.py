@@ -10,10 +10,11 @@ from .qos import QoS
 
 @dataclass(frozen=True, slots=True)
 class Transmit:
-    """A datagram to send: to the group's multicast address when ``dest`` is None, else unicast to ``dest``."""
+    """A datagram to send: to ``group``'s multicast address when ``dest`` is None, else unicast to ``dest``."""
 
     dest: ProcessId | None
     data: bytes
+    group: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,4 +49,30 @@ class SendRefused:
     reason: str
 
 
-Event = Delivery | ViewInstalled | SendRefused
+@dataclass(frozen=True, slots=True)
+class LockResult:
+    """The answer to this process's lock or unlock request, delivered in order with the view change."""
+
+    group: str
+    lock: int
+    op: str
+    granted: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Left:
+    """This process left the group (its leave was committed and what it held is stable), or was removed."""
+
+    group: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class JoinFailed:
+    """A join could not complete: ``reason`` says why (for example no existing group answered)."""
+
+    group: str
+    reason: str
+
+
+Event = Delivery | ViewInstalled | SendRefused | LockResult | Left | JoinFailed

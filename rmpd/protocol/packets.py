@@ -301,8 +301,9 @@ class NewList(Packet):
     """A new membership view, ordered at ``ts`` and acting as its own ACK (it passes the token to ``next_site``).
 
     ``view`` is the view the packet is ordered in; ``new_view`` and ``members`` (pid, multicast capable) the view
-    it installs; ``seqs`` the highest ordered sequence number per source (members and non-members), which a
-    joiner needs; ``locks`` the lock table (lock number, holder).  ``request`` names the List Change Request it
+    it installs; ``seqs`` the highest ordered sequence number per source (members and non-members) and ``done``
+    the highest List Change Request ID served per requester, which a joiner needs; ``locks`` the lock table
+    (lock number, holder).  ``request`` names the List Change Request it
     answers (src, request id) and ``granted`` whether the change was made.
     """
 
@@ -314,6 +315,7 @@ class NewList(Packet):
     new_view: ViewId
     members: tuple[tuple[ProcessId, bool], ...]
     seqs: tuple[tuple[ProcessId, int], ...]
+    done: tuple[tuple[ProcessId, int], ...]
     locks: tuple[tuple[int, ProcessId], ...]
     min_partition: int
     request_src: ProcessId | None
@@ -322,9 +324,14 @@ class NewList(Packet):
     address: str | None
     TYPE: ClassVar[PacketType] = PacketType.NEW_LIST
     KINDS: ClassVar[tuple[str, ...]] = (
-        "view", "pid", "uint", "pid", "str", "view", "members", "seqs", "locks", "uint",
+        "view", "pid", "uint", "pid", "str", "view", "members", "seqs", "seqs", "locks", "uint",
         "opt_pid", "opt_uint", "bool", "opt_str",
     )
+
+    @property
+    def last_ts(self) -> int:
+        """A New List orders only itself."""
+        return self.ts
 
 
 @dataclass(frozen=True, slots=True)

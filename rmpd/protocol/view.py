@@ -1,9 +1,9 @@
 """Membership views (RMP paper, sections 3.1 and 4.3).
 
-A view is an ordered member list under a unique view ID; the token travels round the list in order.  Each member
-carries a multicast-capable flag: multicasts to a view with members that cannot receive multicast are also
-unicast to them (section 3.4).  Locks (the first six are handler locks) and the minimum partition size live in the
-view, because they change only through New List packets.
+A view is an ordered member list under a unique view ID; the token travels round the list in order.  Members that
+cannot receive multicast are listed in ``unicast_only``: multicasts to the view are also unicast to them (section
+3.4).  Locks (the first six are handler locks) and the minimum partition size live in the view, because they change
+only through New List packets.
 """
 
 from __future__ import annotations
@@ -44,3 +44,6 @@ class View:
     def next_after(self, pid: ProcessId, step: int = 1) -> ProcessId:
         """The member ``step`` places after ``pid`` in ring order."""
         return self.members[(self._index[pid] + step) % len(self.members)]
+
+    def lock_holder(self, lock: int) -> ProcessId | None:
+        return dict(self.locks).get(lock)

@@ -16,7 +16,9 @@ delivered, and how stable slots are found and freed.
 
 from __future__ import annotations
 
+import itertools
 from collections import Counter, deque
+from collections.abc import Iterator
 from typing import Any, Protocol
 
 from .config import EngineConfig
@@ -97,7 +99,7 @@ class GroupEngine:
         rng: Rng,
         now: float,
         view_counter: ViewCounter | None = None,
-        request_ids: int = 1,
+        request_ids: Iterator[int] | None = None,
         joined_by: NewList | None = None,
     ) -> None:
         """Start in ``view``: either as a founding member of a view created out of band (the first member holds
@@ -175,7 +177,8 @@ class GroupEngine:
         self.requests_done: dict[ProcessId, int] = {}
         self.my_requests: dict[int, ListChangeRequest] = {}
         self._answered: dict[int, ListChangeRequest] = {}
-        self.next_request_id = request_ids
+        self.request_ids = request_ids or itertools.count(1)
+        """Shared with the process: request IDs only grow, across joins and groups."""
         self.request_timer = Backoff(self.config.request_interval, self.config.rto_max)
         self.leaving = False
         self.departed = False
@@ -567,8 +570,7 @@ class GroupEngine:
 
     def request_change(self, op: str, arg: int | None, now: float) -> int:
         """Ask the token site for a view change (leave, lock, unlock); the answer comes back in order."""
-        request_id = self.next_request_id
-        self.next_request_id += 1
+        request_id = next(self.request_ids)
         request = ListChangeRequest(self.group, self.view.view_id, self.pid, request_id, op, arg, True, 1, 1)
         self.my_requests[request_id] = request
         self._answered[request_id] = request

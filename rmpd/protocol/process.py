@@ -1,0 +1,236 @@
+"""One RMP process: its groups, its joins, and the routing of datagrams to them (sans-IO, like the engine).
+
+This is what the daemon, an embedded node and the simulator drive.  Inputs: application requests (join, leave,
+send, lock, unlock), datagrams, timer expiries, each with the current time.  Outputs: datagrams (a multicast names
+its group, whose address the shell derives with :func:`rmpd.protocol.naming.group_address`), events, journal
+records, the next deadline.
+
+Joining (paper 4.3): the process multicasts a List Change Request to the group's address and resends it until a New
+List admits it.  After ``join_retries`` unanswered requests it forms a group of its own, unless the join asked for an
+existing group only, in which case the join fails.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any
+
+from .config import EngineConfig
+from .engine import Backoff, GroupEngine, Rng
+from .events import Event, JoinFailed, Left, SendRefused, Transmit
+from .ids import ProcessId, ViewCounter
+from .packets import DecodeError, ListChangeRequest, NewList, Packet, decode, encode
+from .qos import QoS
+from .view import View
+
+
+@dataclass
+class JoinAttempt:
+    request: ListChangeRequest
+    timer: Backoff
+    existing_only: bool
+    tries: int = 0
+
+
+class NotMember(Exception):
+    """The process is not a member of that group (yet)."""
+
+
+class RmpProcess:
+    def __init__(self, *, pid: ProcessId, config: EngineConfig | None = None, rng: Rng, now: float,
+                 wall_ms: int, multicast_capable: bool = True) -> None:
+        self.pid = pid
+        self.config = config or EngineConfig()
+        self.rng = rng
+        self.multicast_capable = multicast_capable
+        self.view_counter = ViewCounter(pid, wall_ms, now)
+        self._request_ids = itertools.count(wall_ms * 1000 + 1)
+        """Request IDs start from the wall clock, so a restarted process never reuses one of its old IDs."""
+        self.engines: dict[str, GroupEngine] = {}
+        self.joining: dict[str, JoinAttempt] = {}
+        self.stats: Counter[str] = Counter()
+        self._datagrams: list[Transmit] = []
+        self._events: list[Event] = []
+        self._journal: list[dict[str, Any]] = []
+
+    # ------------------------------------------------------------------------------------------------------------
+    # Application requests
+
+    def join(self, group: str, now: float, *, min_partition: int = 1, ttl: int = 1,
+             existing_only: bool = False) -> None:
+        """Start joining ``group``; a ViewInstalled event (or JoinFailed) follows."""
+        if group in self.engines or group in self.joining:
+            return
+        request = ListChangeRequest(group, None, self.pid, self._next_request_id(), "join", None,
+                                    self.multicast_capable, min_partition, ttl)
+        attempt = JoinAttempt(request, Backoff(self.config.request_interval, self.config.rto_max), existing_only)
+        self.joining[group] = attempt
+        self._send_join(attempt, now)
+
+    def create(self, group: str, now: float, *, min_partition: int = 1) -> GroupEngine:
+        """Form a new group with this process as its only member."""
+        view_id = self.view_counter.next_view_id(now)
+        while view_id is None:  # at most one view per ms of uptime: the caller's clock moved too little
+            now += 0.001
+            view_id = self.view_counter.next_view_id(now)
+        view = View(view_id, (self.pid,), frozenset() if self.multicast_capable else frozenset({self.pid}),
+                    min_partition=min_partition)
+        return self._install(group, view, now)
+
+    def found(self, group: str, view: View, now: float) -> GroupEngine:
+        """Start as a founding member of a view made out of band (the simulator's fixed groups)."""
+        return self._install(group, view, now)
+
+    def leave(self, group: str, now: float) -> None:
+        if group in self.joining:
+            del self.joining[group]
+            self._events.append(JoinFailed(group, "join cancelled by leave"))
+            return
+        self._engine(group).leave(now)
+        self._collect(now)
+
+    def send(self, group: str, payload: bytes, qos: QoS, now: float, handler: int | None = None) -> int | None:
+        seq = self._engine(group).send(payload, qos, now, handler)
+        self._collect(now)
+        return seq
+
+    def lock(self, group: str, lock: int, now: float) -> int:
+        request_id = self._engine(group).lock(lock, now)
+        self._collect(now)
+        return request_id
+
+    def unlock(self, group: str, lock: int, now: float) -> int:
+        request_id = self._engine(group).unlock(lock, now)
+        self._collect(now)
+        return request_id
+
+    def view(self, group: str) -> View | None:
+        engine = self.engines.get(group)
+        return None if engine is None or engine.departed else engine.app_view
+
+    # ------------------------------------------------------------------------------------------------------------
+    # Network and time
+
+    def receive_datagram(self, data: bytes, addr: ProcessId | None, now: float) -> None:
+        try:
+            packet = decode(data)
+        except DecodeError:
+            self.stats["malformed"] += 1
+            return
+        self.receive_packet(packet, now)
+
+    def receive_packet(self, packet: Packet, now: float) -> None:
+        if isinstance(packet, NewList) and packet.request_src == self.pid and packet.group in self.joining:
+            self._admitted(packet, now)
+        elif isinstance(packet, ListChangeRequest):
+            engine = self.engines.get(packet.group)
+            if engine is None:
+                self.stats["other_group"] += 1
+            else:
+                engine.receive_packet(packet, now)
+        else:
+            view = packet.view
+            for engine in self.engines.values():
+                if engine.accepts_view(view):
+                    engine.receive_packet(packet, now)
+                    break
+            else:
+                self.stats["other_view"] += 1
+                src = getattr(packet, "src", None)
+                for engine in self.engines.values():
+                    if src in engine.view:
+                        engine.receive_packet(packet, now)  # the engine notes a view it has not seen yet
+        self._collect(now)
+
+    def handle_timer(self, now: float) -> None:
+        for group, attempt in list(self.joining.items()):
+            if attempt.timer.expired(now):
+                if attempt.tries >= self.config.join_retries:
+                    del self.joining[group]
+                    if attempt.existing_only:
+                        self._events.append(JoinFailed(group, f"no member of {group!r} answered "
+                                                              f"{attempt.tries} join requests"))
+                    else:
+                        self.create(group, now, min_partition=attempt.request.min_partition)
+                else:
+                    self._send_join(attempt, now)
+        for engine in list(self.engines.values()):
+            deadline = engine.get_timer()
+            if deadline is not None and deadline <= now:
+                engine.handle_timer(now)
+        self._collect(now)
+
+    def get_timer(self) -> float | None:
+        deadlines = [a.timer.deadline for a in self.joining.values() if a.timer.deadline is not None]
+        deadlines += [d for d in (e.get_timer() for e in self.engines.values()) if d is not None]
+        return min(deadlines) if deadlines else None
+
+    # ------------------------------------------------------------------------------------------------------------
+    # Outputs
+
+    def datagrams_to_send(self) -> list[Transmit]:
+        out, self._datagrams = self._datagrams, []
+        return out
+
+    def events(self) -> list[Event]:
+        out, self._events = self._events, []
+        return out
+
+    def journal_records(self) -> list[dict[str, Any]]:
+        out, self._journal = self._journal, []
+        return out
+
+    # ------------------------------------------------------------------------------------------------------------
+
+    def _engine(self, group: str) -> GroupEngine:
+        engine = self.engines.get(group)
+        if engine is None or engine.departed:
+            raise NotMember(f"not a member of group {group!r}")
+        return engine
+
+    def _next_request_id(self) -> int:
+        return next(self._request_ids)
+
+    def _send_join(self, attempt: JoinAttempt, now: float) -> None:
+        if attempt.tries == 0:
+            attempt.timer.start(now)
+        else:
+            attempt.timer.back_off(now)
+        attempt.tries += 1
+        self.stats["join_requests"] += 1
+        self._datagrams.append(Transmit(None, encode(attempt.request), attempt.request.group))
+
+    def _admitted(self, nl: NewList, now: float) -> None:
+        attempt = self.joining[nl.group]
+        if nl.request_id != attempt.request.request_id or not nl.granted:
+            return
+        if self.pid not in (m for m, _ in nl.members):
+            return
+        del self.joining[nl.group]
+        view = View(nl.new_view, tuple(m for m, _ in nl.members),
+                    frozenset(m for m, capable in nl.members if not capable), nl.locks, nl.min_partition)
+        self._install(nl.group, view, now, joined_by=nl)
+
+    def _install(self, group: str, view: View, now: float, joined_by: NewList | None = None) -> GroupEngine:
+        engine = GroupEngine(pid=self.pid, group=group, view=view, config=self.config, rng=self.rng, now=now,
+                             view_counter=self.view_counter, request_ids=self._request_ids,
+                             joined_by=joined_by)
+        self.engines[group] = engine
+        engine.handle_timer(now)  # a joiner accepts the token it was named for at once
+        self._collect(now)
+        return engine
+
+    def _collect(self, now: float) -> None:
+        for group, engine in list(self.engines.items()):
+            self._datagrams.extend(engine.datagrams_to_send())
+            events = engine.events()
+            self._events.extend(events)
+            self._journal.extend(engine.journal_records())
+            if engine.finished or any(isinstance(e, Left) for e in events):
+                del self.engines[group]
+        del now
+
+
+__all__ = ["NotMember", "RmpProcess", "SendRefused"]

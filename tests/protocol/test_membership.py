@@ -1,0 +1,137 @@
+"""Membership views: joins, leaves, locks and virtual synchrony through New List packets (paper 4.3)."""
+
+from __future__ import annotations
+
+from rmpd.protocol.events import Delivery, JoinFailed, Left, LockResult, ViewInstalled
+from rmpd.protocol.packets import NewList
+
+from .net import Net
+
+
+def group_of(n: int) -> Net:
+    net = Net(n)
+    net.do(0, lambda p, now: p.create("g", now))
+    for i in range(1, n):
+        net.do(i, lambda p, now: p.join("g", now))
+        net.advance(0.5)
+    return net
+
+
+def test_joiner_is_placed_after_the_token_site_and_takes_the_token() -> None:
+    net = group_of(2)
+    a, b = net.pids[:2]
+    assert net.views(1) == [(a, b)]
+    assert net.views(0) == [(a,), (a, b)]
+    assert net[1].engines["g"].accepted_ts >= 1, "the joiner was named next token site and accepted"
+
+
+def test_join_without_answer_forms_a_group_of_its_own() -> None:
+    net = Net(2)
+    net.do(1, lambda p, now: p.join("g", now))
+    net.advance(30.0)
+    assert net.views(1) == [(net.pids[1],)]
+    assert net[1].stats["join_requests"] == net[1].config.join_retries
+
+
+def test_existing_only_join_fails_clearly() -> None:
+    net = Net(2)
+    net.do(1, lambda p, now: p.join("g", now, existing_only=True))
+    net.advance(30.0)
+    failures = net.of_type(1, JoinFailed)
+    assert len(failures) == 1 and "answered" in failures[0].reason
+    assert net[1].view("g") is None
+
+
+def history(net: Net, i: int) -> list[object]:
+    """Deliveries and view installs, in the order the application saw them."""
+    out: list[object] = []
+    for e in net.events[net.pids[i]]:
+        if isinstance(e, Delivery):
+            out.append(e.payload)
+        elif isinstance(e, ViewInstalled):
+            out.append(("view", e.view))
+    return out
+
+
+def test_messages_split_at_the_same_point_around_view_changes() -> None:
+    net = group_of(4)
+    for i in range(8):
+        net.send(i % 4 if i < 4 else (0, 1, 3)[i % 3], f"m{i}".encode())
+        if i == 3:
+            net.do(2, lambda p, now: p.leave("g", now))
+        if i == 5:
+            net.do(1, lambda p, now: p.lock("g", 2, now))
+    net.advance(5.0)
+    last_join = history(net, 3)[0]
+    suffixes = [h[h.index(last_join):] for h in (history(net, 0), history(net, 1), history(net, 3))]
+    assert suffixes[0] == suffixes[1] == suffixes[2]
+    assert sum(isinstance(x, tuple) for x in suffixes[0]) == 3, "join of the fourth, the leave, the lock"
+    assert sorted(x for x in suffixes[0] if isinstance(x, bytes)) == sorted(f"m{i}".encode() for i in range(8))
+
+
+def test_leave_commits_then_departs_and_nothing_sent_is_lost() -> None:
+    net = group_of(3)
+    a, b, c = net.pids
+    net.send(2, b"last-words")
+    net.do(2, lambda p, now: p.leave("g", now))
+    net.advance(10.0)
+    assert net.views(0)[-1] == (a, b)
+    assert net.views(1)[-1] == (a, b)
+    assert b"last-words" in net.delivered(0) and b"last-words" in net.delivered(1)
+    assert b"last-words" in net.delivered(2)
+    assert len(net.of_type(2, Left)) == 1
+    assert "g" not in net[2].engines
+
+
+def test_locks_are_granted_once_and_released() -> None:
+    net = group_of(3)
+    net.do(1, lambda p, now: p.lock("g", 0, now))
+    net.advance(2.0)
+    net.do(2, lambda p, now: p.lock("g", 0, now))
+    net.advance(2.0)
+    assert [(r.lock, r.op, r.granted) for r in net.of_type(1, LockResult)] == [(0, "lock", True)]
+    assert [(r.lock, r.op, r.granted) for r in net.of_type(2, LockResult)] == [(0, "lock", False)]
+    assert net[0].view("g").lock_holder(0) == net.pids[1]
+    net.do(1, lambda p, now: p.unlock("g", 0, now))
+    net.advance(2.0)
+    net.do(2, lambda p, now: p.lock("g", 0, now))
+    net.advance(2.0)
+    assert [(r.lock, r.op, r.granted) for r in net.of_type(2, LockResult)] == [(0, "lock", False), (0, "lock", True)]
+    assert all(net[i].view("g").lock_holder(0) == net.pids[2] for i in range(3))
+
+
+def test_denied_lock_keeps_the_view_id() -> None:
+    net = group_of(2)
+    net.do(0, lambda p, now: p.lock("g", 7, now))
+    net.advance(2.0)
+    before = net[1].view("g").view_id
+    net.do(1, lambda p, now: p.lock("g", 7, now))
+    net.advance(2.0)
+    assert net[1].view("g").view_id == before
+
+
+def test_view_ids_are_unique_and_named_by_their_creator() -> None:
+    net = group_of(4)
+    net.do(1, lambda p, now: p.lock("g", 1, now))
+    net.advance(2.0)
+    ids = [e.view for e in net.events[net.pids[0]] if isinstance(e, ViewInstalled)]
+    assert len(ids) == len(set(ids)) == 5
+    assert all(v.creator in net.pids for v in ids)
+
+
+def test_joiner_missing_its_new_list_asks_again() -> None:
+    net = Net(2)
+    net.do(0, lambda p, now: p.create("g", now))
+    dropped = []
+
+    def drop_first(src: str, dst: str, packet: object) -> bool:
+        if isinstance(packet, NewList) and dst == net.pids[1] and len(dropped) < 2:
+            dropped.append(packet)
+            return True
+        return False
+
+    net.drop = drop_first
+    net.do(1, lambda p, now: p.join("g", now))
+    net.advance(5.0)
+    assert len(dropped) == 2
+    assert net.views(1) == [tuple(net.pids)]

@@ -71,7 +71,7 @@ def test_messages_split_at_the_same_point_around_view_changes() -> None:
 
 def test_leave_commits_then_departs_and_nothing_sent_is_lost() -> None:
     net = group_of(3)
-    a, b, c = net.pids
+    a, b, _c = net.pids
     net.send(2, b"last-words")
     net.do(2, lambda p, now: p.leave("g", now))
     net.advance(10.0)

@@ -31,10 +31,14 @@ def example(
     src: Column | None = None,
     seq: Column | None = None,
     detail: Column | None = None,
+    group: Column | None = None,
 ) -> DataFrame:
-    """Project ``df`` onto the shared example columns; absent ones are typed nulls."""
-    defaults = {"node": "string", "view": "string", "ts": "long", "src": "string", "seq": "long", "detail": "string"}
-    given = {"node": node, "view": view, "ts": ts, "src": src, "seq": seq, "detail": detail}
+    """Project ``df`` onto the shared example columns; ``group`` defaults to the column of that name."""
+    defaults = {"node": "string", "group": "string", "view": "string", "ts": "long", "src": "string",
+                "seq": "long", "detail": "string"}
+    if group is None and "group" in df.columns:
+        group = F.col("group")
+    given = {"node": node, "group": group, "view": view, "ts": ts, "src": src, "seq": seq, "detail": detail}
     return df.select(
         *[
             (F.lit(None) if given[name] is None else given[name]).cast(defaults[name]).alias(name)

@@ -109,7 +109,7 @@ def unique_view_id(records: DataFrame) -> Check:
     return Check(
         "unique-view-id",
         per_view,
-        example(bad, F.col("a.node"), F.col("vid"), detail=F.concat(
+        example(bad, F.col("a.node"), F.col("vid"), group=F.col("a.group"), detail=F.concat(
             F.lit("names ["), F.col("a.ml"), F.lit("] in "), F.col("a.group"), F.lit(" and ["), F.col("b.ml"),
             F.lit("] in "), F.col("b.group"))),
     )

@@ -17,6 +17,7 @@ from rich.console import Console
 from rich.table import Table
 
 from .check import Check
+from .schema import EXAMPLE_FIELDS
 
 EXIT_OK = 0
 EXIT_VIOLATED = 1
@@ -124,9 +125,8 @@ def render(report: AuditReport, console: Console) -> None:
         if not r.examples:
             continue
         ex = Table(title=f"examples: {r.name}")
-        for col in ("node", "view", "ts", "src", "seq", "detail"):
+        for col in EXAMPLE_FIELDS:
             ex.add_column(col, overflow="fold")
         for e in r.examples:
-            ex.add_row(*("" if e.get(col) is None else str(e.get(col))
-                         for col in ("node", "view", "ts", "src", "seq", "detail")))
+            ex.add_row(*("" if e.get(col) is None else str(e.get(col)) for col in EXAMPLE_FIELDS))
         console.print(ex)

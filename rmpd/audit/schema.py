@@ -73,5 +73,5 @@ INVARIANTS = (
 WIRE_INVARIANTS = ("wire-one-order", "wire-token-member")
 """Invariants checked on packet captures (``--pcap``)."""
 
-EXAMPLE_FIELDS = ("node", "view", "ts", "src", "seq", "detail")
+EXAMPLE_FIELDS = ("node", "group", "view", "ts", "src", "seq", "detail")
 """Columns every check's violation rows carry, so examples from all checks share one shape."""

@@ -33,6 +33,8 @@ class Plan:
     rounds_per_view: int = 3
     batch: int = 4
     scmp_per_view: int = 1
+    view_base: int = 1000
+    """Counter of the first view ID; runs written side by side need distinct ones (view IDs are global)."""
 
     def members(self) -> list[str]:
         return [f"10.0.0.{i + 1}:7000" for i in range(self.nodes)]
@@ -51,7 +53,7 @@ def records(plan: Plan) -> Iterator[Record]:
     ts = 0
     seqs = dict.fromkeys(members, 0)
     msg = 0
-    view = f"{members[0]}/1000"
+    view = f"{members[0]}/{plan.view_base}"
     for m in members:
         yield _base(m, plan.group, "view", view, t) | {"ts": 0, "members": members}
     site = 0
@@ -103,7 +105,7 @@ def records(plan: Plan) -> Iterator[Record]:
             break
         t += 0.001
         ts += 1
-        new_view = f"{members[site]}/{2000 + v}"
+        new_view = f"{members[site]}/{plan.view_base + 1 + v}"
         nl = {"packet": "new_list", "ts": ts, "src": members[site], "next": members[(site + 1) % n],
               "orders": [], "members": members, "new_view": new_view}
         yield _base(members[site], plan.group, "send", view, t) | nl

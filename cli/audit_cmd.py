@@ -1,0 +1,53 @@
+"""`rmp audit`: check captured journals (and wire captures) against the RMP invariants with PySpark."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+
+audit_app = typer.Typer()
+
+
+@audit_app.command("audit")
+def audit(
+    paths: Annotated[
+        list[str] | None, typer.Argument(help="Journal files or directories (searched recursively); any Spark URI.")
+    ] = None,
+    master: Annotated[
+        str, typer.Option(envvar="RMP_AUDIT_MASTER", help="Spark master: local[*], spark://host:7077, ...")
+    ] = "local[*]",
+    json_out: Annotated[
+        Path | None, typer.Option("--json", help="Also write the report, with examples, as JSON here.")
+    ] = None,
+    examples: Annotated[int, typer.Option(min=0, help="Example violations kept per invariant.")] = 5,
+    pcap: Annotated[
+        list[str] | None, typer.Option(help="tcpdump capture (classic libpcap) to check on the wire; repeatable.")
+    ] = None,
+) -> None:
+    """Audit journals from many hosts: one verdict per invariant.
+
+    Exit status: 0 every invariant holds, 1 some invariant is violated, 2 the input could not be read.
+    """
+    # Spark is imported here so that `rmp --help` and the other commands start fast.
+    from rmpd.audit.job import run_audit
+    from rmpd.audit.read import UnreadableInput
+    from rmpd.audit.report import EXIT_UNREADABLE, render
+    from rmpd.audit.session import get_session
+
+    err = Console(stderr=True)
+    if not paths and not pcap:
+        err.print("[red]error:[/red] give at least one journal PATH or --pcap FILE")
+        raise typer.Exit(EXIT_UNREADABLE)
+    spark = get_session(master)
+    try:
+        report = run_audit(spark, list(paths or []), list(pcap or []), examples)
+    except UnreadableInput as exc:
+        err.print(f"[red]unreadable input:[/red] {exc}", soft_wrap=True)
+        raise typer.Exit(EXIT_UNREADABLE) from None
+    render(report, Console(soft_wrap=True))
+    if json_out is not None:
+        report.write_json(str(json_out))
+    raise typer.Exit(report.exit_code)

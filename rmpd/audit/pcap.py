@@ -1,0 +1,196 @@
+"""Wire captures: decode RMP packets from classic libpcap files on the executors and check wire invariants.
+
+The reader is deliberately minimal (no dependency): the pcap global header (either byte order, microsecond or
+nanosecond magic), record headers, and Ethernet (with 802.1Q tags), Linux cooked (SLL and SLL2), BSD loopback or
+raw IPv4 link layers, then IPv4 and UDP.  IP fragments other than the first cannot be reassembled and are counted
+as undecodable, like anything the project's codec (:func:`rmpd.protocol.packets.decode`) rejects.
+
+Checks, over every capture together (the same packet seen by several hosts counts once):
+
+- ``wire-one-order``: every ACK, New List and ordered data slot of a view names one packet;
+- ``wire-token-member``: the ``next_site`` an ACK passes the token to is a member of the ACK's view, when some New
+  List in the captures announced that view's members (a New List's own ``next_site`` must be in its new list).
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterator
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+from .check import Check, example
+
+PACKET_SCHEMA = T.StructType(
+    [
+        T.StructField("file", T.StringType()),
+        T.StructField("frame", T.LongType()),
+        T.StructField("kind", T.StringType()),
+        T.StructField("view", T.StringType()),
+        T.StructField("ts", T.LongType()),
+        T.StructField("src", T.StringType()),
+        T.StructField("next", T.StringType()),
+        T.StructField("new_view", T.StringType()),
+        T.StructField("members", T.ArrayType(T.StringType())),
+        T.StructField("orders", T.ArrayType(T.StringType())),
+    ]
+)
+
+_LINK_ETHERNET = 1
+_LINK_NULL = 0
+_LINK_RAW = (101, 12, 228)
+_LINK_SLL = 113
+_LINK_SLL2 = 276
+
+
+class PcapError(ValueError):
+    """The file is not a classic libpcap capture."""
+
+
+def udp_payloads(data: bytes) -> Iterator[tuple[int, bytes | None]]:
+    """Yield ``(frame number, UDP payload)`` for every frame; the payload is None when it is not IPv4/UDP."""
+    if len(data) < 24:
+        raise PcapError("shorter than a pcap global header")
+    magic = data[:4]
+    if magic in (b"\xd4\xc3\xb2\xa1", b"\x4d\x3c\xb2\xa1"):
+        endian = "<"
+    elif magic in (b"\xa1\xb2\xc3\xd4", b"\xa1\xb2\x3c\x4d"):
+        endian = ">"
+    else:
+        raise PcapError("not a classic libpcap file (pcapng is not supported; convert with editcap -F pcap)")
+    (linktype,) = struct.unpack_from(endian + "I", data, 20)
+    linktype &= 0x0FFFFFFF
+    record = struct.Struct(endian + "IIII")
+    pos, frame = 24, 0
+    while pos + 16 <= len(data):
+        _, _, incl, _ = record.unpack_from(data, pos)
+        pos += 16
+        packet = data[pos:pos + incl]
+        pos += incl
+        frame += 1
+        yield frame, _udp(_ipv4(packet, linktype))
+
+
+def _ipv4(frame: bytes, linktype: int) -> bytes | None:
+    if linktype == _LINK_ETHERNET:
+        off, ethertype = 14, frame[12:14]
+        while ethertype in (b"\x81\x00", b"\x88\xa8") and len(frame) >= off + 4:
+            ethertype = frame[off + 2:off + 4]
+            off += 4
+        return frame[off:] if ethertype == b"\x08\x00" else None
+    if linktype == _LINK_SLL:
+        return frame[16:] if frame[14:16] == b"\x08\x00" else None
+    if linktype == _LINK_SLL2:
+        return frame[20:] if frame[0:2] == b"\x08\x00" else None
+    if linktype == _LINK_NULL:
+        return frame[4:] if frame[:4] in (b"\x02\x00\x00\x00", b"\x00\x00\x00\x02") else None
+    if linktype in _LINK_RAW:
+        return frame
+    return None
+
+
+def _udp(ip: bytes | None) -> bytes | None:
+    if ip is None or len(ip) < 20 or ip[0] >> 4 != 4 or ip[9] != 17:
+        return None
+    ihl = (ip[0] & 0x0F) * 4
+    flags_frag = struct.unpack_from("!H", ip, 6)[0]
+    if flags_frag & 0x3FFF:  # a fragment: more fragments follow, or not the first
+        return None
+    total = struct.unpack_from("!H", ip, 2)[0]
+    udp = ip[ihl:total]
+    if len(udp) < 8:
+        return None
+    length = struct.unpack_from("!H", udp, 4)[0]
+    return udp[8:length] if length >= 8 else None
+
+
+def decode_capture(file: str, data: bytes) -> Iterator[tuple]:
+    """Rows of ``PACKET_SCHEMA`` for one capture; kind ``undecodable`` for frames the codec rejects."""
+    from rmpd.protocol.packets import Ack, DecodeError, NewList, decode
+
+    for frame, payload in udp_payloads(data):
+        if payload is None:
+            continue
+        try:
+            p = decode(payload)
+        except DecodeError:
+            yield (file, frame, "undecodable", None, None, None, None, None, None, None)
+            continue
+        view = str(p.view) if p.view is not None else None
+        if isinstance(p, Ack):
+            orders = ["|".join(("data", s, str(n), q.name())) for s, n, q in p.ids]
+            yield (file, frame, "ack", view, p.ts, p.src, p.next_site, None, None, orders)
+        elif isinstance(p, NewList):
+            members = [m for m, _ in p.members]
+            yield (file, frame, "new_list", view, p.ts, p.src, p.next_site, str(p.new_view), members, [])
+        else:
+            yield (file, frame, type(p).__name__, view, None, getattr(p, "src", None), None, None, None, None)
+
+
+def read_captures(spark: SparkSession, paths: list[str]) -> DataFrame:
+    """Decoded packets of every capture; each capture is read whole by one executor task."""
+    raw = spark.read.format("binaryFile").load(paths).select("path", "content")
+
+    def decode_partition(rows: Iterator) -> Iterator[tuple]:
+        for row in rows:
+            try:
+                yield from decode_capture(row.path, bytes(row.content))
+            except PcapError as exc:
+                yield (row.path, None, f"error: {exc}", None, None, None, None, None, None, None)
+
+    return spark.createDataFrame(raw.rdd.mapPartitions(decode_partition), PACKET_SCHEMA)
+
+
+def wire_one_order(packets: DataFrame) -> Check:
+    """Every (view, ts) slot holds one thing across all captures."""
+    acks = packets.where(F.col("kind") == "ack")
+    claims = (
+        acks.select("view", "ts", F.concat_ws("|", F.lit("ack"), "src").alias("what"))
+        .unionByName(
+            acks.select("view", "ts", F.posexplode("orders").alias("i", "what"))
+            .select("view", (F.col("ts") + F.col("i") + 1).alias("ts"), "what")
+        )
+        .unionByName(
+            packets.where(F.col("kind") == "new_list")
+            .select("view", "ts", F.concat_ws("|", F.lit("new_list"), "new_view").alias("what"))
+        )
+    )
+    per_slot = claims.groupBy("view", "ts").agg(
+        F.count_distinct("what").alias("n"), F.min("what").alias("a"), F.max("what").alias("b")
+    )
+    bad = per_slot.where(F.col("n") > 1)
+    return Check("wire-one-order", per_slot, example(
+        bad, view=F.col("view"), ts=F.col("ts"),
+        detail=F.concat(F.lit("slot holds "), F.col("a"), F.lit(" and "), F.col("b"))))
+
+
+def wire_token_member(packets: DataFrame) -> Check:
+    """The token goes only to members of the view it is passed in."""
+    lists = packets.where(F.col("kind") == "new_list")
+    known = lists.select(F.col("new_view").alias("view"), F.explode("members").alias("m")).distinct()
+    known_views = known.select("view").distinct()
+    acks = packets.where(F.col("kind") == "ack").select("view", "ts", "src", "next", "file", "frame")
+    ack_checked = acks.join(known_views, "view")
+    ack_bad = ack_checked.join(known.withColumnRenamed("m", "next"), ["view", "next"], "left_anti")
+    own = lists.select(F.col("new_view").alias("view"), "ts", "src", "next", "file", "frame", "members")
+    own_bad = own.where(~F.array_contains("members", F.col("next")))
+    bad = ack_bad.unionByName(own_bad.drop("members"))
+    return Check("wire-token-member", ack_checked.unionByName(own.drop("members")), example(
+        bad, node=F.col("src"), view=F.col("view"), ts=F.col("ts"),
+        detail=F.concat(F.lit("token passed to non-member "), F.col("next"), F.lit(" (frame "),
+                        F.col("frame").cast("string"), F.lit(" of "), F.col("file"), F.lit(")"))))
+
+
+def wire_checks(spark: SparkSession, paths: list[str]) -> tuple[DataFrame, list[Check]]:
+    """The decoded packets (cached; the caller unpersists) and the wire checks over them."""
+    from .read import UnreadableInput, list_files
+
+    files = list_files(spark, paths, suffixes=(".pcap", ".cap", ".dmp"))
+    packets = read_captures(spark, files).persist()
+    errors = packets.where(F.col("kind").startswith("error: ")).limit(1).collect()
+    if errors:
+        packets.unpersist()
+        raise UnreadableInput(errors[0].file, None, errors[0].kind.removeprefix("error: "))
+    return packets, [wire_one_order(packets), wire_token_member(packets)]

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import typer
 
+from cli.audit_cmd import audit_app
 from cli.sim_cmd import sim_app
 
 app = typer.Typer(
@@ -16,6 +17,7 @@ app = typer.Typer(
     add_completion=False,
 )
 app.add_typer(sim_app)
+app.add_typer(audit_app)
 
 
 def main() -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import sys
 from collections.abc import Iterator
 
 import pytest
@@ -10,6 +12,7 @@ from pyspark.sql import SparkSession
 
 @pytest.fixture(scope="session")
 def spark() -> Iterator[SparkSession]:
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # workers import rmpd and msgpack from this venv
     session = (
         SparkSession.builder.master("local[2]")
         .appName("rmpd-audit-tests")

@@ -5,10 +5,16 @@ Each command lives in its own module with its own ``typer.Typer``; this module o
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Annotated
+
 import typer
 
 from cli.audit_cmd import audit_app
+from cli.group_cmds import group_app
+from cli.message_cmds import message_app
 from cli.sim_cmd import sim_app
+from cli.status_cmd import status_app
 
 app = typer.Typer(
     name="rmp",
@@ -18,6 +24,19 @@ app = typer.Typer(
 )
 app.add_typer(sim_app)
 app.add_typer(audit_app)
+app.add_typer(group_app)
+app.add_typer(message_app)
+app.add_typer(status_app)
+
+
+@app.callback()
+def global_options(
+    ctx: typer.Context,
+    socket: Annotated[Path | None, typer.Option("--socket", envvar="RMPD_SOCKET",
+                                                help="The local rmpd's Unix socket.")] = None,
+) -> None:
+    """Options for every command that talks to the local daemon."""
+    ctx.obj = {"socket": socket}
 
 
 def main() -> None:

@@ -1,0 +1,107 @@
+"""`rmp send` and `rmp listen`: put messages into a group and watch what it delivers, in delivery order."""
+
+from __future__ import annotations
+
+import sys
+from typing import Annotated, Any
+
+import typer
+
+import rmpd
+from rmpd.client import Client
+from rmpd.protocol.qos import QoS
+
+from .client_common import JsonOption, emit_json, err, run_with_client
+
+message_app = typer.Typer()
+
+
+def _qos(value: str) -> str:
+    try:
+        QoS.parse(value)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from None
+    return value
+
+
+def _payloads(message: str | None, stdin: bool, count: int, size: int | None) -> list[bytes]:
+    if stdin:
+        return [line.rstrip(b"\n") for line in sys.stdin.buffer]
+    if message is None and size is None:
+        raise typer.BadParameter("give MESSAGE, --stdin, or --size", param_hint="MESSAGE")
+    out = []
+    for i in range(count):
+        body = message.encode() if message is not None else f"{i}".encode()
+        if size is not None:
+            body = (body + b" " * size)[:size] if len(body) < size else body[:size]
+        out.append(body)
+    return out
+
+
+@message_app.command("send")
+def send(
+    ctx: typer.Context,
+    group: Annotated[str, typer.Argument(help="Group name.")],
+    message: Annotated[str | None, typer.Argument(help="Message text.")] = None,
+    stdin: Annotated[bool, typer.Option("--stdin", help="Send one message per input line.")] = False,
+    qos: Annotated[str, typer.Option(callback=_qos, help="unreliable, unordered, source, total, k<N>, majority, "
+                                                         "safe.")] = "total",
+    count: Annotated[int, typer.Option(min=1, help="Send the message (or a numbered one) N times.")] = 1,
+    size: Annotated[int | None, typer.Option(min=0, max=60000, help="Pad or cut each message to B bytes.")] = None,
+    handler: Annotated[int | None, typer.Option(min=0, max=5, help="Handler number carried by the message.")] = None,
+    json_out: Annotated[bool, JsonOption] = False,
+) -> None:
+    """Multicast messages to GROUP through the local daemon (joining it for the duration if needed)."""
+    payloads = _payloads(message, stdin, count, size)
+    level = QoS.parse(qos)
+
+    async def body(client: Client) -> list[int]:
+        group_handle = await client.join(group)
+        seqs = [await group_handle.send(p, qos=level, handler=handler) for p in payloads]
+        await group_handle.leave()
+        return seqs
+
+    seqs = run_with_client(ctx, body)
+    if json_out:
+        emit_json({"group": group, "sent": len(seqs), "qos": level.name(), "seqs": [seqs[0], seqs[-1]] if seqs
+                   else []})
+    else:
+        err.print(f"sent {len(seqs)} message(s) to {group} ({level.name()})", highlight=False)
+
+
+def _delivery_json(event: rmpd.Delivery) -> dict[str, Any]:
+    return {"src": event.source, "seq": event.seq, "ts": event.timestamp, "qos": event.qos.name(),
+            "view": event.view, "payload": event.payload.decode("utf-8", "backslashreplace")}
+
+
+@message_app.command("listen")
+def listen(
+    ctx: typer.Context,
+    group: Annotated[str, typer.Argument(help="Group name.")],
+    count: Annotated[int | None, typer.Option(min=0, help="Exit after N deliveries.")] = None,
+    json_out: Annotated[bool, JsonOption] = False,
+) -> None:
+    """Print what GROUP delivers here, in delivery order (one JSON object per line with --json)."""
+
+    async def body(client: Client) -> int:
+        handle = await client.join(group)
+        err.print(f"listening on {group}: view {handle.view}, {len(handle._members)} member(s)", highlight=False)
+        seen = 0
+        if count == 0:
+            return 0
+        async for event in handle:
+            if isinstance(event, rmpd.ViewChange):
+                err.print(f"view {event.view}: {', '.join(event.members)}", highlight=False)
+                continue
+            seen += 1
+            if json_out:
+                emit_json(_delivery_json(event))
+            else:
+                typer.echo(f"[{event.timestamp}] {event.source}#{event.seq} ({event.qos.name()}): "
+                           f"{event.payload.decode('utf-8', 'backslashreplace')}")
+            sys.stdout.flush()
+            if count is not None and seen >= count:
+                break
+        return seen
+
+    run_with_client(ctx, body)

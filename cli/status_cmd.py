@@ -1,0 +1,39 @@
+"""`rmp status`: what the local daemon is, which groups it is in, and its counters (drops, malformed input)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from .client_common import JsonOption, emit_json, run_with_client
+
+status_app = typer.Typer()
+
+
+@status_app.command("status")
+def status(ctx: typer.Context, json_out: Annotated[bool, JsonOption] = False) -> None:
+    """Show the daemon's process ID, groups, clients and counters."""
+    reply = run_with_client(ctx, lambda client: client.status())
+    reply.pop("id", None)
+    reply.pop("ok", None)
+    if json_out:
+        emit_json(reply)
+        return
+    console = Console()
+    console.print(f"rmpd {reply['pid']}  socket {reply['socket']}  clients {reply['clients']}", highlight=False)
+    table = Table(title="groups")
+    for column in ("group", "view", "members", "local clients", "persistent", "locks"):
+        table.add_column(column)
+    for g in reply["groups"]:
+        table.add_row(g["group"], g["view"] or "(joining)", "\n".join(g["members"]), str(g["clients"]),
+                      "yes" if g["persistent"] else "no", ", ".join(map(str, g["locks"])))
+    console.print(table)
+    counters = Table(title="counters")
+    counters.add_column("counter")
+    counters.add_column("value", justify="right")
+    for name, value in reply["counters"].items():
+        counters.add_row(name, str(value))
+    console.print(counters)

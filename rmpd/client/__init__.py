@@ -1,0 +1,9 @@
+"""The client library: one Group API over a connection to the local rmpd, or over an embedded RMP process."""
+
+from .connection import Client, connect
+from .errors import ConnectionLost, RmpdError
+from .events import Delivery, ViewChange
+from .group import Group
+from .node import Node
+
+__all__ = ["Client", "ConnectionLost", "Delivery", "Group", "Node", "RmpdError", "ViewChange", "connect"]

@@ -1,0 +1,183 @@
+"""A connection to the local rmpd over its Unix socket (see docs/operations.md, "Local API").
+
+One reader task takes every frame from the daemon: replies wake the request that waits for them (matched by id),
+pushed events go to their Group's queue.  When a group's reader falls behind, the reader task waits for it, the
+socket fills, and the daemon cuts the connection with ``slow-consumer``: the program then sees ConnectionLost.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import trio
+
+from rmpd.daemon.config import client_socket_path
+from rmpd.daemon.frames import DEFAULT_MAX_FRAME, FrameError, FrameReader, encode_frame
+from rmpd.protocol.qos import QoS
+
+from .errors import ConnectionLost, RmpdError
+from .events import Delivery, ViewChange
+from .group import Group
+
+
+class _Pending:
+    __slots__ = ("done", "reply")
+
+    def __init__(self) -> None:
+        self.done = trio.Event()
+        self.reply: dict[str, Any] | None = None
+
+
+class Client:
+    """Requests to the daemon, and the groups this connection has joined."""
+
+    def __init__(self, stream: trio.SocketStream, path: Path) -> None:
+        self.path = path
+        self._stream = stream
+        self._send_lock = trio.StrictFIFOLock()
+        self._ids = itertools.count(1)
+        self._pending: dict[int, _Pending] = {}
+        self._groups: dict[str, Group] = {}
+        self._lost: ConnectionLost | None = None
+
+    async def request(self, op: str, **fields: Any) -> dict[str, Any]:
+        """Send one request and return its reply; RmpdError carries the daemon's structured error."""
+        if self._lost is not None:
+            raise self._lost
+        rid = next(self._ids)
+        pending = self._pending[rid] = _Pending()
+        try:
+            async with self._send_lock:
+                await self._stream.send_all(encode_frame({"op": op, "id": rid, **fields}))
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            self._pending.pop(rid, None)
+            raise self._lost or ConnectionLost("connection-lost", "the daemon closed the connection") from None
+        await pending.done.wait()
+        reply = pending.reply
+        if reply is None:
+            raise self._lost or ConnectionLost("connection-lost", "the daemon closed the connection")
+        if "error" in reply:
+            raise RmpdError(str(reply["error"]), str(reply.get("message", "")))
+        return reply
+
+    async def join(self, name: str, *, ttl: int | None = None, min_partition: int | None = None,
+                   persist: bool = False, existing_only: bool = False) -> Group:
+        """Join ``name`` (the daemon joins it if needed); returns once the daemon is in a view of the group."""
+        group = self._groups.get(name)
+        if group is not None:
+            return group
+        group = self._groups[name] = Group(self, name, "", [])
+        fields: dict[str, Any] = {"group": name, "persist": persist, "existing_only": existing_only}
+        if ttl is not None:
+            fields["ttl"] = ttl
+        if min_partition is not None:
+            fields["min_partition"] = min_partition
+        try:
+            reply = await self.request("join", **fields)
+        except BaseException:
+            self._groups.pop(name, None)
+            raise
+        group.view, group._members = reply["view"], list(reply["members"])
+        return group
+
+    async def status(self) -> dict[str, Any]:
+        return await self.request("status")
+
+    # Backend of Group
+
+    async def _send(self, group: str, payload: bytes, qos: QoS, handler: int | None) -> int:
+        fields: dict[str, Any] = {"group": group, "payload": payload, "qos": qos.name()}
+        if handler is not None:
+            fields["handler"] = handler
+        return int((await self.request("send", **fields))["seq"])
+
+    async def _members(self, group: str) -> tuple[str, list[str]]:
+        reply = await self.request("members", group=group)
+        return reply["view"], list(reply["members"])
+
+    async def _lock(self, group: str, lock: int, op: str) -> bool:
+        return bool((await self.request(op, group=group, lock=lock))["granted"])
+
+    async def _leave(self, group: str) -> None:
+        await self.request("leave", group=group)
+        self._groups.pop(group, None)
+
+    # Reading
+
+    async def _read_loop(self) -> None:
+        reader = FrameReader(self._stream, DEFAULT_MAX_FRAME * 64)
+        reason = ConnectionLost("connection-lost", "the daemon closed the connection")
+        try:
+            while True:
+                frame = await reader.read()
+                if frame is None:
+                    break
+                rid = frame.get("id")
+                if rid is not None and rid in self._pending:
+                    pending = self._pending.pop(rid)
+                    pending.reply = frame
+                    pending.done.set()
+                elif "event" in frame:
+                    await self._dispatch(frame)
+                elif "error" in frame:
+                    reason = ConnectionLost(str(frame["error"]), str(frame.get("message", "")))
+        except (FrameError, trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+            reason = ConnectionLost("connection-lost", str(exc))
+        finally:
+            self._lose(reason)
+
+    async def _dispatch(self, frame: dict[str, Any]) -> None:
+        group = self._groups.get(frame.get("group", ""))
+        if group is None:
+            return
+        kind = frame["event"]
+        if kind == "deliver":
+            await group._feed_wait(Delivery(
+                payload=frame["payload"], source=frame["src"], seq=frame["seq"], qos=QoS.parse(frame["qos"]),
+                timestamp=frame["ts"], view=frame["view"], group=group.name, handler=frame.get("handler")))
+        elif kind == "view":
+            await group._feed_wait(ViewChange(frame["view"], tuple(frame["members"]), group.name))
+        elif kind == "left":
+            self._groups.pop(group.name, None)
+            group._end(RmpdError("left", f"left {group.name!r}: {frame.get('reason', '')}"))
+
+    def _lose(self, reason: ConnectionLost) -> None:
+        if self._lost is None:
+            self._lost = reason
+        for pending in self._pending.values():
+            pending.done.set()
+        self._pending.clear()
+        for group in self._groups.values():
+            group._end(reason)
+        self._groups.clear()
+
+
+@asynccontextmanager
+async def connect(path: str | Path | None = None) -> AsyncIterator[Client]:
+    """``async with rmpd.connect() as client``: a connection to the local daemon ($RMPD_SOCKET or the default)."""
+    where = Path(path) if path is not None else client_socket_path()
+    try:
+        stream = await trio.open_unix_socket(str(where))
+    except OSError as exc:
+        raise RmpdError("no-daemon", f"cannot reach rmpd at {where}: {exc.strerror or exc}") from None
+    client = Client(stream, where)
+    try:
+        async with stream, trio.open_nursery() as nursery:
+            nursery.start_soon(client._read_loop)
+            try:
+                yield client
+            finally:
+                nursery.cancel_scope.cancel()
+    except BaseExceptionGroup as group:
+        raise _single(group) from None
+
+
+def _single(group: BaseExceptionGroup) -> BaseException:
+    """The program's own exception out of the nursery's group, so callers can catch RmpdError as usual."""
+    while isinstance(group, BaseExceptionGroup) and len(group.exceptions) == 1:
+        group = group.exceptions[0]
+    return group

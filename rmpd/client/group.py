@@ -1,0 +1,103 @@
+"""The Group API shared by a daemon connection and an embedded node.
+
+A Group only knows its name, its event stream, and a backend that carries out requests; the two backends
+(:class:`rmpd.client.connection.Client` and :class:`rmpd.client.node.Node`) implement the same few coroutines,
+so programs can switch between talking to the local daemon and being an RMP process themselves.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Protocol
+
+import trio
+
+from rmpd.protocol.qos import QoS
+
+from .errors import RmpdError
+from .events import Delivery, Event, ViewChange
+
+EVENT_BUFFER = 10_000
+
+
+class Backend(Protocol):
+    async def _send(self, group: str, payload: bytes, qos: QoS, handler: int | None) -> int: ...
+    async def _members(self, group: str) -> tuple[str, list[str]]: ...
+    async def _lock(self, group: str, lock: int, op: str) -> bool: ...
+    async def _leave(self, group: str) -> None: ...
+
+
+class Group:
+    """A joined group: send to it, iterate its deliveries and view changes, inspect and lock, leave."""
+
+    def __init__(self, backend: Backend, name: str, view: str, members: list[str]) -> None:
+        self._backend = backend
+        self.name = name
+        self.view = view
+        self._members = list(members)
+        self._tx, self._rx = trio.open_memory_channel[Event | RmpdError](EVENT_BUFFER)
+        self._closed = False
+
+    # Feeding (by the backend)
+
+    def _feed(self, event: Event) -> bool:
+        """Queue an event; False when the buffer is full (the backend then treats this reader as slow)."""
+        if isinstance(event, ViewChange):
+            self.view, self._members = event.view, list(event.members)
+        try:
+            self._tx.send_nowait(event)
+        except (trio.WouldBlock, trio.ClosedResourceError, trio.BrokenResourceError):
+            return False
+        return True
+
+    async def _feed_wait(self, event: Event) -> None:
+        if isinstance(event, ViewChange):
+            self.view, self._members = event.view, list(event.members)
+        with contextlib.suppress(trio.ClosedResourceError, trio.BrokenResourceError):
+            await self._tx.send(event)
+
+    def _end(self, error: RmpdError | None = None) -> None:
+        """No more events; iteration ends (or raises ``error`` once the queued events are read)."""
+        if self._closed:
+            return
+        self._closed = True
+        if error is not None:
+            with contextlib.suppress(trio.WouldBlock, trio.ClosedResourceError, trio.BrokenResourceError):
+                self._tx.send_nowait(error)
+        self._tx.close()
+
+    # The API
+
+    async def send(self, payload: bytes, *, qos: QoS = QoS.TOTAL, handler: int | None = None) -> int:
+        """Multicast ``payload`` to the group; returns its per-source sequence number."""
+        if not isinstance(payload, bytes | bytearray | memoryview):
+            raise TypeError("payload must be bytes")
+        return await self._backend._send(self.name, bytes(payload), qos, handler)
+
+    async def members(self) -> list[str]:
+        """The current view's ordered member list (process IDs)."""
+        self.view, self._members = await self._backend._members(self.name)
+        return list(self._members)
+
+    async def lock(self, n: int) -> bool:
+        """Take lock ``n`` in the group's view (0..5 are handler locks); RmpdError if refused."""
+        return await self._backend._lock(self.name, n, "lock")
+
+    async def unlock(self, n: int) -> bool:
+        return await self._backend._lock(self.name, n, "unlock")
+
+    async def leave(self) -> None:
+        await self._backend._leave(self.name)
+        self._end()
+
+    def __aiter__(self) -> Group:
+        return self
+
+    async def __anext__(self) -> Delivery | ViewChange:
+        try:
+            item = await self._rx.receive()
+        except trio.EndOfChannel:
+            raise StopAsyncIteration from None
+        if isinstance(item, RmpdError):
+            raise item
+        return item

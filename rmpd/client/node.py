@@ -1,0 +1,200 @@
+"""``rmpd.Node``: an RMP process inside the program's own trio run, with the same join/Group API as a client.
+
+For programs that are group members themselves (no daemon in between): the node owns the UDP sockets and runs the
+same :class:`rmpd.daemon.shell.ProcessShell` the daemon runs.  Engine events are turned into Group events here;
+requests that wait for the protocol (join, lock) park a trio.Event until the matching event arrives.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections import defaultdict, deque
+from pathlib import Path
+from types import TracebackType
+
+import trio
+
+from rmpd.daemon.config import interface_address, loopback_interface
+from rmpd.daemon.journal import FlushingJournal
+from rmpd.daemon.shell import ProcessShell
+from rmpd.protocol.config import EngineConfig
+from rmpd.protocol.events import Delivery as EngineDelivery
+from rmpd.protocol.events import Event as EngineEvent
+from rmpd.protocol.events import JoinFailed, Left, LockResult, ViewInstalled
+from rmpd.protocol.naming import DEFAULT_RANGE
+from rmpd.protocol.process import NotMember
+from rmpd.protocol.qos import QoS
+
+from .errors import RmpdError
+from .events import Delivery, ViewChange
+from .group import Group
+
+
+class _Wait:
+    __slots__ = ("done", "error", "granted")
+
+    def __init__(self) -> None:
+        self.done = trio.Event()
+        self.granted = False
+        self.error: RmpdError | None = None
+
+
+class Node:
+    """``async with rmpd.Node(interface="lo", port=0) as node: group = await node.join("g")``."""
+
+    def __init__(self, *, interface: str | None = None, port: int = 0, bind: str | None = None,
+                 address_range: str = DEFAULT_RANGE, ttl: int = 1, multicast: bool = True,
+                 journal: str | Path | None = None, config: EngineConfig | None = None) -> None:
+        self._ip = bind or interface_address(interface or loopback_interface())
+        self._port = port
+        self._range = address_range
+        self._ttl = ttl
+        self._multicast = multicast
+        self._journal = Path(journal) if journal is not None else None
+        self._config = config or EngineConfig(journal=journal is not None)
+        self._shell: ProcessShell | None = None
+        self._nursery_manager: trio.Nursery | None = None
+        self._groups: dict[str, Group] = {}
+        self._joins: dict[str, list[_Wait]] = defaultdict(list)
+        self._locks: dict[tuple[str, int, str], deque[_Wait]] = defaultdict(deque)
+        self._cm = None
+
+    @property
+    def pid(self) -> str:
+        """This node's process ID (``ip:port``), known once the node runs."""
+        return self._require().pid
+
+    async def __aenter__(self) -> Node:
+        journal = FlushingJournal(self._journal) if self._journal is not None else None
+        self._shell = ProcessShell(ip=self._ip, port=self._port, engine_config=self._config,
+                                   address_range=self._range, ttl=self._ttl, multicast=self._multicast,
+                                   journal=journal)
+        self._shell.on_event = self._on_event
+        self._cm = trio.open_nursery()
+        nursery = await self._cm.__aenter__()
+        await nursery.start(self._shell.run)
+        self._nursery_manager = nursery
+        return self
+
+    async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                        tb: TracebackType | None) -> bool | None:
+        assert self._cm is not None and self._nursery_manager is not None
+        if exc is None:
+            await self._leave_all()
+        self._nursery_manager.cancel_scope.cancel()
+        return await self._cm.__aexit__(exc_type, exc, tb)
+
+    async def _leave_all(self, timeout: float = 5.0) -> None:
+        shell = self._require()
+        for group in shell.groups():
+            with contextlib.suppress(NotMember):
+                shell.leave(group)
+        with trio.move_on_after(timeout):
+            await shell.wait_idle()
+
+    def _require(self) -> ProcessShell:
+        if self._shell is None:
+            raise RuntimeError("use the Node inside `async with`")
+        return self._shell
+
+    # The join/Group API
+
+    async def join(self, name: str, *, ttl: int | None = None, min_partition: int | None = None,
+                   existing_only: bool = False) -> Group:
+        """Join ``name``; returns once this node is in a view of the group."""
+        shell = self._require()
+        if name in self._groups and shell.is_member(name):
+            return self._groups[name]
+        group = self._groups[name] = Group(self, name, "", [])
+        wait = _Wait()
+        self._joins[name].append(wait)
+        try:
+            shell.join(name, ttl=ttl, min_partition=min_partition or 1, existing_only=existing_only)
+        except ValueError as exc:
+            self._groups.pop(name, None)
+            raise RmpdError("bad-request", str(exc)) from None
+        view = shell.process.view(name)
+        if view is None:
+            await wait.done.wait()
+        if wait.error is not None:
+            self._groups.pop(name, None)
+            raise wait.error
+        view = shell.process.view(name)
+        if view is not None:
+            group.view, group._members = str(view.view_id), list(view.members)
+        return group
+
+    async def _send(self, group: str, payload: bytes, qos: QoS, handler: int | None) -> int:
+        try:
+            seq = self._require().send(group, payload, qos, handler)
+        except NotMember as exc:
+            raise RmpdError("not-member", str(exc)) from None
+        if seq is None:
+            raise RmpdError("send-refused", f"this node is leaving {group!r}")
+        await trio.lowlevel.checkpoint()
+        return seq
+
+    async def _members(self, group: str) -> tuple[str, list[str]]:
+        await trio.lowlevel.checkpoint()
+        view = self._require().process.view(group)
+        if view is None:
+            raise RmpdError("not-member", f"not in a view of {group!r}")
+        return str(view.view_id), list(view.members)
+
+    async def _lock(self, group: str, lock: int, op: str) -> bool:
+        shell = self._require()
+        wait = _Wait()
+        waits = self._locks[(group, lock, op)]
+        waits.append(wait)  # first: in a one-member group the answer comes back inside the engine call
+        try:
+            (shell.lock if op == "lock" else shell.unlock)(group, lock)
+        except NotMember as exc:
+            waits.remove(wait)
+            raise RmpdError("not-member", str(exc)) from None
+        await wait.done.wait()
+        if wait.error is not None:
+            raise wait.error
+        if not wait.granted:
+            raise RmpdError("lock-denied", f"{op} of lock {lock} was refused by the group")
+        return True
+
+    async def _leave(self, group: str) -> None:
+        try:
+            self._require().leave(group)
+        except NotMember as exc:
+            raise RmpdError("not-joined", str(exc)) from None
+        self._groups.pop(group, None)
+        await trio.lowlevel.checkpoint()
+
+    # Engine events -> Group events
+
+    def _on_event(self, event: EngineEvent) -> None:
+        group = self._groups.get(event.group)
+        if isinstance(event, EngineDelivery):
+            if group is not None and not group._feed(Delivery(
+                    payload=event.payload, source=event.src, seq=event.seq, qos=event.qos, timestamp=event.ts,
+                    view=str(event.view), group=event.group, handler=event.handler)):
+                group._end(RmpdError("slow-consumer", f"the reader of {event.group!r} fell too far behind"))
+        elif isinstance(event, ViewInstalled):
+            if group is not None:
+                group._feed(ViewChange(str(event.view), tuple(event.members), event.group))
+            for wait in self._joins.pop(event.group, []):
+                wait.done.set()
+        elif isinstance(event, LockResult):
+            waits = self._locks.get((event.group, event.lock, event.op))
+            if waits:
+                wait = waits.popleft()
+                wait.granted = event.granted
+                wait.done.set()
+        elif isinstance(event, Left | JoinFailed):
+            error = RmpdError("join-failed" if isinstance(event, JoinFailed) else "left", event.reason)
+            for wait in self._joins.pop(event.group, []):
+                wait.error = error
+                wait.done.set()
+            for key in [k for k in self._locks if k[0] == event.group]:
+                for wait in self._locks.pop(key):
+                    wait.error = error
+                    wait.done.set()
+            if group is not None:
+                self._groups.pop(event.group, None)
+                group._end(error if isinstance(event, JoinFailed) or event.reason != "left" else None)

@@ -1,0 +1,169 @@
+"""Daemon settings: TOML file, then command-line flags on top, then defaults.
+
+Every key of the file has a flag of the same name (``interface``, ``bind``, ``port``, ``socket``, ``journal``,
+``log_level``), so an operator can move a setting between the unit file and the config without renaming it.
+Timers live in a ``[timers]`` table whose keys are the engine's own (:class:`rmpd.protocol.config.EngineConfig`),
+so the file never needs to learn a second vocabulary.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import ipaddress
+import os
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import netifaces
+
+from rmpd.protocol.config import EngineConfig
+from rmpd.protocol.naming import DEFAULT_RANGE
+
+DEFAULT_PORT = 7000
+SYSTEM_SOCKET = Path("/run/rmpd/rmpd.sock")
+"""Where the systemd unit (RuntimeDirectory=rmpd) puts the socket; clients look there last."""
+
+TOP_KEYS = {"interface", "bind", "port", "socket", "journal", "journal_compress", "journal_rotate_bytes",
+            "log_level", "address_range", "ttl", "multicast", "socket_mode", "client_queue", "max_frame"}
+TIMER_KEYS = {f.name for f in dataclasses.fields(EngineConfig)} - {"journal"}
+DAEMON_TIMERS: dict[str, Any] = {"request_interval": 0.2, "join_retries": 4}
+"""Where the daemon departs from the engine's defaults: a first join to a group nobody else is in forms the group
+after about 3 s (0.2 + 0.4 + 0.8 + 1.6) instead of about 10 s, which is what a person at a terminal waits for."""
+
+
+class ConfigError(ValueError):
+    """The configuration cannot be used; the message names the key and what is wrong with it."""
+
+
+@dataclass
+class DaemonConfig:
+    interface: str | None = None
+    """Network interface name (resolved to its IPv4 address with netifaces); loopback when neither it nor bind."""
+    bind: str | None = None
+    """IPv4 address to bind and to join multicast groups on, instead of an interface name."""
+    port: int = DEFAULT_PORT
+    """Unicast UDP port: with the address it is this process's ID.  0 lets the kernel choose."""
+    socket: Path | None = None
+    journal: Path | None = None
+    journal_compress: bool = False
+    journal_rotate_bytes: int = 64 * 1024 * 1024
+    log_level: str = "info"
+    address_range: str = DEFAULT_RANGE
+    ttl: int = 1
+    """Multicast TTL when no client asks for more (1: the local link only)."""
+    multicast: bool = True
+    """False on hosts that cannot receive multicast: the group then sends this member unicast copies."""
+    socket_mode: int = 0o660
+    client_queue: int = 10_000
+    """Frames queued for one local client before it is cut off as a slow consumer."""
+    max_frame: int = 1024 * 1024
+    timers: dict[str, float | int] = field(default_factory=dict)
+
+    def engine_config(self) -> EngineConfig:
+        return EngineConfig(journal=self.journal is not None, **{**DAEMON_TIMERS, **self.timers})
+
+    def address(self) -> str:
+        """The IPv4 address this daemon binds to and joins multicast on."""
+        if self.bind is not None:
+            return self.bind
+        return interface_address(self.interface or loopback_interface())
+
+    def socket_path(self) -> Path:
+        return self.socket if self.socket is not None else default_socket_path()
+
+
+def default_socket_path() -> Path:
+    """$XDG_RUNTIME_DIR/rmpd.sock, else /tmp/rmpd-<uid>.sock: a place the user can write without privileges."""
+    runtime = os.environ.get("XDG_RUNTIME_DIR")
+    if runtime:
+        return Path(runtime) / "rmpd.sock"
+    return Path("/tmp") / f"rmpd-{os.getuid()}.sock"
+
+
+def client_socket_path() -> Path:
+    """The socket a client uses with no explicit path: $RMPD_SOCKET, the per-user default, or the system one."""
+    env = os.environ.get("RMPD_SOCKET")
+    if env:
+        return Path(env)
+    path = default_socket_path()
+    if not path.exists() and SYSTEM_SOCKET.exists():
+        return SYSTEM_SOCKET
+    return path
+
+
+def loopback_interface() -> str:
+    for name in netifaces.interfaces():
+        for entry in netifaces.ifaddresses(name).get(netifaces.AF_INET, []):
+            if entry.get("addr", "").startswith("127."):
+                return name
+    raise ConfigError("no loopback interface with an IPv4 address")
+
+
+def interface_address(name: str) -> str:
+    if name not in netifaces.interfaces():
+        raise ConfigError(f"interface {name!r} does not exist (have: {', '.join(netifaces.interfaces())})")
+    entries = netifaces.ifaddresses(name).get(netifaces.AF_INET, [])
+    if not entries:
+        raise ConfigError(f"interface {name!r} has no IPv4 address")
+    return entries[0]["addr"]
+
+
+def load_config(path: Path | None, overrides: dict[str, Any]) -> DaemonConfig:
+    """Read ``path`` (if any), apply non-None ``overrides`` (the flags), and check the result."""
+    values: dict[str, Any] = {}
+    if path is not None:
+        try:
+            with open(path, "rb") as handle:
+                values = tomllib.load(handle)
+        except OSError as exc:
+            raise ConfigError(f"cannot read {path}: {exc.strerror}") from None
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"{path}: {exc}") from None
+    timers = values.pop("timers", {})
+    if not isinstance(timers, dict):
+        raise ConfigError("[timers] must be a table")
+    unknown = set(values) - TOP_KEYS
+    if unknown:
+        raise ConfigError(f"unknown key(s) in config: {', '.join(sorted(unknown))}")
+    unknown = set(timers) - TIMER_KEYS
+    if unknown:
+        raise ConfigError(f"unknown timer(s): {', '.join(sorted(unknown))}; known: {', '.join(sorted(TIMER_KEYS))}")
+    values.update({k: v for k, v in overrides.items() if v is not None})
+    if values.get("interface") and values.get("bind"):
+        raise ConfigError("give either interface or bind, not both")
+    for key in ("socket", "journal"):
+        if key in values:
+            values[key] = Path(values[key])
+    config = DaemonConfig(**values, timers=timers)
+    _check(config)
+    return config
+
+
+def _check(config: DaemonConfig) -> None:
+    if not isinstance(config.port, int) or not 0 <= config.port < 65536:
+        raise ConfigError(f"port must be 0..65535, got {config.port!r}")
+    if config.bind is not None:
+        try:
+            ipaddress.IPv4Address(config.bind)
+        except ValueError:
+            raise ConfigError(f"bind must be an IPv4 address, got {config.bind!r}") from None
+    try:
+        if not ipaddress.IPv4Network(config.address_range).is_multicast:
+            raise ConfigError(f"address_range {config.address_range} is not a multicast range")
+    except ValueError as exc:
+        raise ConfigError(f"address_range: {exc}") from None
+    if not isinstance(config.ttl, int) or not 0 <= config.ttl <= 255:
+        raise ConfigError(f"ttl must be 0..255, got {config.ttl!r}")
+    if config.log_level.lower() not in ("debug", "info", "warning", "error"):
+        raise ConfigError(f"log_level must be debug, info, warning or error, got {config.log_level!r}")
+    for name, value in config.timers.items():
+        numbers = value if isinstance(value, list) else [value]
+        if not numbers or not all(isinstance(v, int | float) and not isinstance(v, bool) and v >= 0
+                                  for v in numbers):
+            raise ConfigError(f"timer {name} must be a non-negative number, got {value!r}")
+        if isinstance(value, list):
+            config.timers[name] = tuple(value)
+    if config.client_queue < 1 or config.max_frame < 64:
+        raise ConfigError("client_queue must be >= 1 and max_frame >= 64")

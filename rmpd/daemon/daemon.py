@@ -1,0 +1,67 @@
+"""The daemon: one process shell, the local client server, signals and readiness, one nursery per concern.
+
+Start-up order matters to callers: the UDP socket and the Unix socket are bound first, then the service manager
+hears READY=1 and a line on stderr says where the daemon serves, so anything waiting for readiness can use it at
+once.  SIGTERM (or SIGINT) makes the daemon leave every group cleanly, so the other members install a view without
+it instead of waiting to declare it failed, and then exit 0.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import sys
+from functools import partial
+
+import trio
+
+from .config import DaemonConfig
+from .hub import Hub
+from .journal import FlushingJournal
+from .notify import sd_notify
+from .probe import multicast_loops
+from .server import bind_unix_listener, serve_clients
+from .shell import ProcessShell
+
+log = logging.getLogger("rmpd")
+
+LEAVE_TIMEOUT = 5.0
+"""On SIGTERM, wait at most this long for the groups to commit our leave before exiting anyway."""
+
+
+async def run_daemon(config: DaemonConfig) -> None:
+    ip = config.address()
+    journal = None
+    if config.journal is not None:
+        journal = FlushingJournal(config.journal, compress=config.journal_compress,
+                                  rotate_bytes=config.journal_rotate_bytes)
+    shell = ProcessShell(ip=ip, port=config.port, engine_config=config.engine_config(),
+                         address_range=config.address_range, ttl=config.ttl, multicast=config.multicast,
+                         journal=journal)
+    path = config.socket_path()
+    listener = await bind_unix_listener(path, config.socket_mode)
+    hub = Hub(shell, str(path))
+    try:
+        with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+            async with trio.open_nursery() as nursery:
+                await nursery.start(shell.run)
+                await nursery.start(partial(serve_clients, listener, hub, queue_size=config.client_queue,
+                                            max_frame=config.max_frame))
+                if config.multicast and not multicast_loops(ip):
+                    log.warning("multicast sent on %s does not come back to this host: daemons here will not hear "
+                                "each other (on loopback: ip route add 224.0.0.0/4 dev lo)", ip)
+                sd_notify(f"READY=1\nSTATUS=serving {shell.pid} on {path}")
+                print(f"rmpd: process {shell.pid}, clients on {path}", file=sys.stderr, flush=True)
+                async for signum in signals:
+                    log.info("signal %s: leaving %d group(s)", signal.Signals(signum).name, len(shell.groups()))
+                    sd_notify("STOPPING=1")
+                    hub.leave_all()
+                    with trio.move_on_after(LEAVE_TIMEOUT) as waited:
+                        await shell.wait_idle()
+                    if waited.cancelled_caught:
+                        log.warning("groups still not left after %.0f s: exiting anyway", LEAVE_TIMEOUT)
+                    nursery.cancel_scope.cancel()
+                    break
+    finally:
+        await listener.aclose()
+        path.unlink(missing_ok=True)

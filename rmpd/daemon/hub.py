@@ -1,0 +1,303 @@
+"""The daemon's shared state between local clients and its one RMP process.
+
+The daemon is one member of each group; several local clients may be attached to one group, and each delivery is
+fanned out to all of them in the order the engine delivered it.  Membership taken with a persistent join
+(``rmp join``) stays until a persistent leave (``rmp leave``); otherwise the daemon leaves a group once its last
+attached client leaves or disconnects.  Handler locks are held by the daemon in the view, but each belongs to the
+local client that took it: only that client may release it, and it is released when that client goes away.
+
+Requests are answered without blocking the loop: those that wait for the protocol (join, lock, unlock) are parked
+here and answered from :meth:`on_event` when the engine's answer arrives.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections import defaultdict, deque
+from typing import Any
+
+from rmpd.protocol.events import Delivery, Event, JoinFailed, Left, LockResult, SendRefused, ViewInstalled
+from rmpd.protocol.process import NotMember
+from rmpd.protocol.view import HANDLER_LOCKS
+
+from . import errors
+from .errors import RequestError
+from .requests import Request, parse_request
+from .session import Session
+from .shell import ProcessShell
+
+log = logging.getLogger("rmpd")
+
+Waiter = tuple[Session, Any]
+"""A parked request: the session to answer and the request's id."""
+
+PERSISTENT = "persistent"
+"""Owner of a lock taken with ``persist`` (``rmp lock``): the daemon keeps it until a persistent unlock."""
+
+Owner = Session | str | None
+
+
+class Hub:
+    def __init__(self, shell: ProcessShell, socket_path: str) -> None:
+        self.shell = shell
+        self.socket_path = socket_path
+        self.sessions: set[Session] = set()
+        self.attached: dict[str, set[Session]] = defaultdict(set)
+        self.persistent: set[str] = set()
+        self.join_waiters: dict[str, list[Waiter]] = defaultdict(list)
+        self.lock_waiters: dict[tuple[str, int, str], deque[tuple[Session, Any, Owner]]] = defaultdict(deque)
+        self.lock_owner: dict[tuple[str, int], Owner] = {}
+        """Locks this daemon holds per group, and the local client each belongs to (None once it went away)."""
+        self.shutting_down = False
+        self.stats: dict[str, int] = defaultdict(int)
+        shell.on_event = self.on_event
+
+    # ------------------------------------------------------------------------------------------------------------
+    # Sessions
+
+    def add(self, session: Session) -> None:
+        self.sessions.add(session)
+
+    def remove(self, session: Session) -> None:
+        """A client went away: detach it from its groups and give back its locks."""
+        self.sessions.discard(session)
+        for group in list(session.groups):
+            self._detach(session, group)
+        for waiters in self.join_waiters.values():
+            waiters[:] = [w for w in waiters if w[0] is not session]
+        for key, owner in list(self.lock_owner.items()):
+            if owner is session:
+                self.lock_owner[key] = None
+                self._release(*key)
+
+    def _detach(self, session: Session, group: str) -> None:
+        session.groups.discard(group)
+        self.attached[group].discard(session)
+        if not self.attached[group]:
+            del self.attached[group]
+            if group not in self.persistent and not self.shutting_down:
+                self._leave_group(group)
+
+    def _leave_group(self, group: str) -> None:
+        with contextlib.suppress(NotMember):
+            self.shell.leave(group)
+
+    def _release(self, group: str, lock: int) -> None:
+        try:
+            self.shell.unlock(group, lock)
+        except NotMember:
+            self.lock_owner.pop((group, lock), None)
+
+    # ------------------------------------------------------------------------------------------------------------
+    # Requests
+
+    def handle(self, session: Session, frame: dict[str, Any]) -> None:
+        """Answer one frame: now, or later from on_event.  Never raises."""
+        rid = frame.get("id")
+        try:
+            request = parse_request(frame)
+            if self.shutting_down:
+                raise RequestError(errors.SHUTTING_DOWN, "the daemon is shutting down")
+            result = getattr(self, f"_op_{request.op}")(session, request)
+        except RequestError as exc:
+            self.stats["requests_refused"] += 1
+            session.push({"id": rid, "error": exc.code, "message": exc.message})
+            return
+        except NotMember as exc:
+            session.push({"id": rid, "error": errors.NOT_MEMBER, "message": str(exc)})
+            return
+        except Exception as exc:  # a bug must cost one request, never the daemon
+            log.exception("request %r failed", frame.get("op"))
+            session.push({"id": rid, "error": errors.INTERNAL, "message": f"{type(exc).__name__}: {exc}"})
+            return
+        if result is not None:
+            session.push({"id": rid, "ok": True, **result})
+
+    def _op_hello(self, session: Session, request: Request) -> dict[str, Any]:
+        return {"pid": self.shell.pid, "version": 1}
+
+    def _op_status(self, session: Session, request: Request) -> dict[str, Any]:
+        groups = []
+        for group in self.shell.groups():
+            view = self.shell.process.view(group)
+            groups.append({
+                "group": group,
+                "view": str(view.view_id) if view else None,
+                "members": list(view.members) if view else [],
+                "joining": group in self.shell.process.joining,
+                "persistent": group in self.persistent,
+                "clients": len(self.attached.get(group, ())),
+                "locks": sorted(lock for (g, lock) in self.lock_owner if g == group),
+            })
+        counters = self.shell.counters()
+        counters.update({f"hub_{k}": v for k, v in self.stats.items()})
+        return {"pid": self.shell.pid, "socket": self.socket_path, "groups": groups,
+                "clients": len(self.sessions), "counters": counters}
+
+    def _op_join(self, session: Session, request: Request) -> dict[str, Any] | None:
+        group = request.group
+        if request.persist:
+            self.persistent.add(group)
+        if group not in session.groups:
+            session.groups.add(group)
+            self.attached[group].add(session)
+        try:
+            self.shell.join(group, ttl=request.ttl, min_partition=request.min_partition or 1,
+                            existing_only=request.existing_only)
+        except ValueError as exc:
+            self._detach(session, group)
+            self.persistent.discard(group)
+            raise RequestError(errors.BAD_REQUEST, str(exc)) from None
+        view = self.shell.process.view(group)
+        if view is not None:
+            return {"view": str(view.view_id), "members": list(view.members)}
+        self.join_waiters[group].append((session, request.id))
+        return None
+
+    def _op_leave(self, session: Session, request: Request) -> dict[str, Any]:
+        group = request.group
+        member = group in session.groups or group in self.persistent
+        if not member:
+            raise RequestError(errors.NOT_JOINED, f"this client has not joined {group!r}")
+        if request.persist:
+            self.persistent.discard(group)
+        if group in session.groups:
+            self._detach(session, group)
+        elif group not in self.attached:
+            self._leave_group(group)
+        return {"daemon_left": group not in self.attached and group not in self.persistent}
+
+    def _op_send(self, session: Session, request: Request) -> dict[str, Any]:
+        group = request.group
+        if not self.shell.is_member(group):
+            raise RequestError(errors.NOT_MEMBER, f"the daemon is not in a view of {group!r} (join it first)")
+        if request.handler is not None and not 0 <= request.handler < HANDLER_LOCKS:
+            raise RequestError(errors.BAD_REQUEST, f"handler must be 0..{HANDLER_LOCKS - 1}")
+        seq = self.shell.send(group, request.payload, request.qos, request.handler)
+        if seq is None:
+            raise RequestError(errors.SEND_REFUSED, f"the daemon is leaving {group!r}")
+        self.stats["sends"] += 1
+        return {"seq": seq}
+
+    def _op_members(self, session: Session, request: Request) -> dict[str, Any]:
+        view = self.shell.process.view(request.group)
+        if view is None:
+            raise RequestError(errors.NOT_MEMBER, f"the daemon is not in a view of {request.group!r}")
+        return {"view": str(view.view_id), "members": list(view.members),
+                "unicast_only": sorted(view.unicast_only), "locks": [list(x) for x in view.locks]}
+
+    def _op_lock(self, session: Session, request: Request) -> dict[str, Any] | None:
+        key = (request.group, request.lock)
+        owner: Owner = PERSISTENT if request.persist else session
+        view = self.shell.process.view(request.group)
+        if view is None:
+            raise RequestError(errors.NOT_MEMBER, f"the daemon is not in a view of {request.group!r}")
+        if key in self.lock_owner:
+            if self.lock_owner[key] is owner:
+                return {"granted": True, "lock": request.lock}
+            raise RequestError(errors.LOCK_HELD, f"lock {request.lock} is held by another client of this daemon")
+        if view.lock_holder(request.lock) not in (None, self.shell.pid):
+            raise RequestError(errors.LOCK_HELD, f"lock {request.lock} is held by {view.lock_holder(request.lock)}")
+        self._request_lock(session, request, owner, "lock")
+        return None
+
+    def _op_unlock(self, session: Session, request: Request) -> dict[str, Any] | None:
+        key = (request.group, request.lock)
+        owner: Owner = PERSISTENT if request.persist else session
+        if key not in self.lock_owner:
+            raise RequestError(errors.NOT_OWNER, f"this daemon does not hold lock {request.lock} of {request.group!r}")
+        if self.lock_owner[key] is not owner:
+            raise RequestError(errors.NOT_OWNER, f"lock {request.lock} belongs to another client of this daemon"
+                               + ("" if request.persist else " (use a persistent unlock for `rmp lock` locks)"))
+        self._request_lock(session, request, owner, "unlock")
+        return None
+
+    def _request_lock(self, session: Session, request: Request, owner: Owner, op: str) -> None:
+        """Park the request first: in a one-member group the answer comes back inside the engine call."""
+        waiters = self.lock_waiters[(request.group, request.lock, op)]
+        waiter = (session, request.id, owner)
+        waiters.append(waiter)
+        try:
+            (self.shell.lock if op == "lock" else self.shell.unlock)(request.group, request.lock)
+        except BaseException:
+            if waiter in waiters:
+                waiters.remove(waiter)
+            raise
+
+    # ------------------------------------------------------------------------------------------------------------
+    # Events from the engine, in order
+
+    def on_event(self, event: Event) -> None:
+        if isinstance(event, Delivery):
+            self._fan_out(event.group, {
+                "event": "deliver", "group": event.group, "src": event.src, "seq": event.seq,
+                "qos": event.qos.name(), "ts": event.ts, "view": str(event.view), "payload": event.payload,
+                "handler": event.handler,
+            })
+        elif isinstance(event, ViewInstalled):
+            members = list(event.members)
+            self._fan_out(event.group, {"event": "view", "group": event.group, "view": str(event.view),
+                                        "members": members, "ts": event.ts})
+            for session, rid in self.join_waiters.pop(event.group, []):
+                session.push({"id": rid, "ok": True, "view": str(event.view), "members": members})
+            for (group, lock), owner in list(self.lock_owner.items()):
+                if group == event.group and self.shell.pid in members and owner is None:
+                    self._release(group, lock)
+        elif isinstance(event, LockResult):
+            self._lock_result(event)
+        elif isinstance(event, Left | JoinFailed):
+            self._gone(event)
+        elif isinstance(event, SendRefused):
+            self.stats["sends_refused"] += 1
+            log.warning("send refused in %s: %s", event.group, event.reason)
+
+    def _fan_out(self, group: str, message: dict[str, Any]) -> None:
+        for session in list(self.attached.get(group, ())):
+            session.push(message)
+
+    def _lock_result(self, event: LockResult) -> None:
+        key = (event.group, event.lock)
+        waiters = self.lock_waiters.get((event.group, event.lock, event.op))
+        waiter = waiters.popleft() if waiters else None
+        if event.op == "lock" and event.granted:
+            owner = waiter[2] if waiter else None
+            if isinstance(owner, Session) and owner.closed:
+                owner = None
+            self.lock_owner[key] = owner
+            if owner is None:
+                self._release(*key)
+        elif event.op == "unlock" and event.granted:
+            self.lock_owner.pop(key, None)
+        if waiter is not None:
+            session, rid, _owner = waiter
+            if event.granted:
+                session.push({"id": rid, "ok": True, "granted": True, "lock": event.lock})
+            else:
+                session.push({"id": rid, "error": errors.LOCK_DENIED,
+                              "message": f"{event.op} of lock {event.lock} was refused by the group"})
+
+    def _gone(self, event: Left | JoinFailed) -> None:
+        group = event.group
+        code = errors.JOIN_FAILED if isinstance(event, JoinFailed) else errors.LEFT
+        for session, rid in self.join_waiters.pop(group, []):
+            session.push({"id": rid, "error": code, "message": event.reason})
+        for (g, lock, _op), waiters in list(self.lock_waiters.items()):
+            if g == group:
+                for session, rid, _owner in waiters:
+                    session.push({"id": rid, "error": errors.LEFT, "message": f"left {group!r}: {event.reason}"})
+                del self.lock_waiters[(g, lock, _op)]
+        for key in [k for k in self.lock_owner if k[0] == group]:
+            del self.lock_owner[key]
+        self._fan_out(group, {"event": "left", "group": group, "reason": event.reason})
+        for session in self.attached.pop(group, set()):
+            session.groups.discard(group)
+        self.persistent.discard(group)
+
+    # ------------------------------------------------------------------------------------------------------------
+
+    def leave_all(self) -> None:
+        """Shutdown: refuse new requests and leave every group."""
+        self.shutting_down = True
+        for group in self.shell.groups():
+            self._leave_group(group)

@@ -1,0 +1,77 @@
+"""One local client connection: its bounded outgoing queue and the groups it is attached to.
+
+Replies and pushed events share one queue, so a client sees them in the order the daemon produced them.  The
+queue is bounded; when it is full the client is cut off with a ``slow-consumer`` error instead of letting one slow
+reader stall the ring or grow the daemon's memory without limit.
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+import trio
+
+from .errors import SLOW_CONSUMER
+from .frames import encode_frame
+
+_ids = itertools.count(1)
+
+CUT_GRACE = 10.0
+"""Seconds a cut client gets to take its final error frame before the connection is dropped."""
+
+
+class Session:
+    def __init__(self, stream: trio.abc.Stream, queue_size: int) -> None:
+        self.id = next(_ids)
+        self.stream = stream
+        self._tx, self._rx = trio.open_memory_channel[bytes](queue_size)
+        self.groups: set[str] = set()
+        self.closed = False
+        self.cut_reason: dict[str, Any] | None = None
+        self.scope = trio.CancelScope()
+        self.dropped = 0
+
+    def push(self, message: dict[str, Any]) -> bool:
+        """Queue one frame; False if the client is gone or was just cut off for being slow."""
+        if self.closed:
+            return False
+        try:
+            self._tx.send_nowait(encode_frame(message))
+        except trio.WouldBlock:
+            self.cut(SLOW_CONSUMER, f"client fell {self._rx.statistics().current_buffer_used} frames behind")
+            return False
+        return True
+
+    def cut(self, code: str, message: str) -> None:
+        """Stop queueing, send one final error frame, then drop the connection."""
+        if self.closed:
+            return
+        self.closed = True
+        self.cut_reason = {"error": code, "message": message}
+        self._tx.close()
+        self.scope.deadline = min(self.scope.deadline, trio.current_time() + CUT_GRACE)
+
+    def finish(self) -> None:
+        """No more frames: the writer sends what is queued and the connection ends."""
+        if not self.closed:
+            self.closed = True
+            self._tx.close()
+
+    async def writer(self) -> None:
+        async for frame in self._rx:
+            if self.cut_reason is not None:
+                break
+            await self.stream.send_all(frame)
+        if self.cut_reason is not None:
+            await self.stream.send_all(encode_frame(self.cut_reason))
+
+    @property
+    def queued(self) -> int:
+        return self._rx.statistics().current_buffer_used
+
+    def describe(self) -> dict[str, Any]:
+        return {"id": self.id, "groups": sorted(self.groups), "queued": self.queued}
+
+
+__all__ = ["Session"]

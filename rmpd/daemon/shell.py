@@ -1,0 +1,251 @@
+"""The I/O loop around one sans-IO :class:`RmpProcess`: input -> process -> drain -> transmit -> re-arm the timer.
+
+The daemon and the embedded :class:`rmpd.Node` both run one ``ProcessShell``; they differ only in who consumes its
+events.  Every call into the process is followed by :meth:`drain`, which sends what the process asked to send,
+hands its events to the owner in order, writes its journal records, and moves the single timer to the process's
+next deadline.  Because drain is synchronous and runs on the one trio thread, events reach the owner in exactly
+the order the engine produced them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+import random
+import socket
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import trio
+
+from rmpd.protocol.config import EngineConfig
+from rmpd.protocol.events import Event, JoinFailed, Left, Transmit
+from rmpd.protocol.ids import split_process_id
+from rmpd.protocol.naming import DEFAULT_RANGE, group_address
+from rmpd.protocol.process import RmpProcess
+from rmpd.protocol.qos import QoS
+
+from .journal import FlushingJournal
+from .sockets import MAX_DATAGRAM, Sender, open_multicast, open_unicast
+
+log = logging.getLogger("rmpd")
+
+RECEIVE_BATCH = 64
+"""Datagrams read from one socket before draining, so a flood cannot starve the timer or the clients."""
+
+
+@dataclass
+class Listener:
+    """One multicast socket, shared by every group whose name hashes to its address and port."""
+
+    sock: socket.socket
+    scope: trio.CancelScope
+    groups: set[str] = field(default_factory=set)
+
+
+class ProcessShell:
+    """Owns the process, its sockets, its timer and its journal; see the module docstring."""
+
+    def __init__(self, *, ip: str, port: int, engine_config: EngineConfig | None = None,
+                 address_range: str = DEFAULT_RANGE, ttl: int = 1, multicast: bool = True,
+                 journal: FlushingJournal | None = None) -> None:
+        self.ip = ip
+        self.address_range = address_range
+        self.default_ttl = ttl
+        self.multicast = multicast
+        self.journal = journal
+        self.stats: Counter[str] = Counter()
+        self.sock = open_unicast(ip, port, ttl)
+        self.port = self.sock.getsockname()[1]
+        self.pid = f"{ip}:{self.port}"
+        self.sender = Sender(self.sock, self.stats)
+        self.process = RmpProcess(pid=self.pid, config=engine_config or EngineConfig(), rng=random.Random(),
+                                  now=trio.current_time(), wall_ms=int(time.time() * 1000),
+                                  multicast_capable=multicast)
+        self.on_event: Callable[[Event], None] = lambda event: None
+        self.group_ttl: dict[str, int] = {}
+        self.listeners: dict[tuple[str, int], Listener] = {}
+        self._nursery: trio.Nursery | None = None
+        self._timer_scope: trio.CancelScope | None = None
+        self._deadline = math.inf
+        self._idle = trio.Event()
+
+    # ------------------------------------------------------------------------------------------------------------
+    # Running
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Serve the sockets and the timer until cancelled; ``started`` once the unicast socket is being read."""
+        try:
+            async with trio.open_nursery() as nursery:
+                self._nursery = nursery
+                nursery.start_soon(self._receive_loop, self.sock, "unicast")
+                nursery.start_soon(self._timer_loop)
+                task_status.started()
+        finally:
+            self._nursery = None
+            for listener in self.listeners.values():
+                listener.sock.close()
+            self.listeners.clear()
+            self.sock.close()
+            if self.journal is not None:
+                self.journal.close()
+
+    async def _receive_loop(self, sock: socket.socket, kind: str) -> None:
+        while True:
+            await trio.lowlevel.wait_readable(sock)
+            now = trio.current_time()
+            for _ in range(RECEIVE_BATCH):
+                try:
+                    data, addr = sock.recvfrom(MAX_DATAGRAM)
+                except BlockingIOError:
+                    break
+                except OSError:
+                    self.stats["receive_errors"] += 1
+                    break
+                self.stats[f"datagrams_received_{kind}"] += 1
+                self.process.receive_datagram(data, f"{addr[0]}:{addr[1]}", now)
+            self.drain()
+            if sock.fileno() == -1:  # the drain left the last group on this socket and closed it
+                return
+
+    async def _timer_loop(self) -> None:
+        while True:
+            with trio.CancelScope(deadline=self._deadline) as scope:
+                self._timer_scope = scope
+                await trio.sleep_forever()
+            self._timer_scope = None
+            now = trio.current_time()
+            if now >= self._deadline:
+                self.process.handle_timer(now)
+                self.drain()
+
+    # ------------------------------------------------------------------------------------------------------------
+    # Application requests (each followed by drain)
+
+    def join(self, group: str, *, ttl: int | None = None, min_partition: int = 1,
+             existing_only: bool = False) -> None:
+        """Start joining; the owner hears ViewInstalled or JoinFailed.  Raises ValueError for a bad name."""
+        address = group_address(group, self.address_range)
+        wanted = max(ttl if ttl is not None else self.default_ttl, self.group_ttl.get(group, 0))
+        self.group_ttl[group] = wanted
+        if self.is_member(group) or group in self.process.joining:
+            return
+        self._listen(group, address)
+        self.process.join(group, trio.current_time(), min_partition=min_partition, ttl=wanted,
+                          existing_only=existing_only)
+        self.drain()
+
+    def leave(self, group: str) -> None:
+        self.process.leave(group, trio.current_time())
+        self.drain()
+
+    def send(self, group: str, payload: bytes, qos: QoS, handler: int | None = None) -> int | None:
+        seq = self.process.send(group, payload, qos, trio.current_time(), handler)
+        self.drain()
+        return seq
+
+    def lock(self, group: str, lock: int) -> None:
+        self.process.lock(group, lock, trio.current_time())
+        self.drain()
+
+    def unlock(self, group: str, lock: int) -> None:
+        self.process.unlock(group, lock, trio.current_time())
+        self.drain()
+
+    def is_member(self, group: str) -> bool:
+        return self.process.view(group) is not None
+
+    def groups(self) -> list[str]:
+        return sorted(set(self.process.engines) | set(self.process.joining))
+
+    def counters(self) -> dict[str, int]:
+        """Shell counters plus the process's and every engine's (malformed, other_view, duplicates, ...)."""
+        total: Counter[str] = Counter(self.stats)
+        total.update(self.process.stats)
+        for engine in self.process.engines.values():
+            total.update(engine.stats)
+        return dict(sorted(total.items()))
+
+    async def wait_idle(self) -> None:
+        """Wait until this process is in no group and joins none (after leaving them all)."""
+        while self.process.engines or self.process.joining:
+            self._idle = trio.Event()
+            await self._idle.wait()
+
+    # ------------------------------------------------------------------------------------------------------------
+    # Drain: the only place outputs leave the process
+
+    def drain(self) -> None:
+        process = self.process
+        for tx in process.datagrams_to_send():
+            self._transmit(tx)
+        records = process.journal_records()
+        if records and self.journal is not None:
+            wall = time.time()
+            for rec in records:
+                rec["wall"] = wall
+            self.journal.write(self.pid, records)
+            self.journal.flush()
+        for event in process.events():
+            if isinstance(event, Left | JoinFailed):
+                self._unlisten(event.group)
+            self.on_event(event)
+        deadline = process.get_timer()
+        self._deadline = math.inf if deadline is None else deadline
+        if self._timer_scope is not None:
+            self._timer_scope.deadline = self._deadline
+        if not process.engines and not process.joining:
+            self._idle.set()
+
+    def _transmit(self, tx: Transmit) -> None:
+        if tx.dest is None:
+            if tx.group is None:
+                self.stats["transmit_without_group"] += 1
+                return
+            address = group_address(tx.group, self.address_range)
+            self.sender.send(tx.data, address, self.group_ttl.get(tx.group, self.default_ttl))
+            return
+        try:
+            address = split_process_id(tx.dest)
+        except ValueError:
+            self.stats["transmit_bad_dest"] += 1
+            return
+        self.sender.send(tx.data, address)
+
+    # ------------------------------------------------------------------------------------------------------------
+    # Multicast sockets, opened before a join (to hear the answer) and closed once the group is left
+
+    def _listen(self, group: str, address: tuple[str, int]) -> None:
+        if not self.multicast:
+            return
+        listener = self.listeners.get(address)
+        if listener is None:
+            if self._nursery is None:
+                raise RuntimeError("the shell is not running")
+            sock = open_multicast(address[0], address[1], self.ip)
+            listener = Listener(sock, trio.CancelScope())
+            self.listeners[address] = listener
+            self._nursery.start_soon(self._listen_loop, listener)
+            log.info("listening on %s:%d for group %s", address[0], address[1], group)
+        listener.groups.add(group)
+
+    async def _listen_loop(self, listener: Listener) -> None:
+        with listener.scope, contextlib.suppress(trio.ClosedResourceError):
+            await self._receive_loop(listener.sock, "multicast")
+
+    def _unlisten(self, group: str) -> None:
+        self.group_ttl.pop(group, None)
+        for address, listener in list(self.listeners.items()):
+            listener.groups.discard(group)
+            if not listener.groups:
+                listener.scope.cancel()
+                trio.lowlevel.notify_closing(listener.sock)
+                listener.sock.close()
+                del self.listeners[address]
+
+    def describe(self) -> dict[str, Any]:
+        return {"pid": self.pid, "multicast": self.multicast, "address_range": self.address_range}

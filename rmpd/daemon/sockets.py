@@ -1,0 +1,72 @@
+"""The UDP sockets of one RMP process.
+
+One unicast socket bound to ``ip:port`` is the process ID: everything the process sends leaves from it (so the
+source address of its multicasts is its ID too), and unicasts to it arrive there.  Each group address the process
+listens on gets its own socket bound to that multicast address and port, so groups whose names hash to different
+addresses never see each other's traffic, and several processes on one host (SO_REUSEADDR) all get a copy.
+Sockets are non-blocking stdlib sockets: the shell sends synchronously from its drain step (a full send buffer is
+counted as a drop, like any loss the protocol already recovers from) and waits for input with trio.
+"""
+
+from __future__ import annotations
+
+import socket
+import struct
+from collections import Counter
+
+MAX_DATAGRAM = 65535
+
+
+def open_unicast(ip: str, port: int, ttl: int) -> socket.socket:
+    """Bind the process's own socket; multicasts it sends go out on the interface of ``ip`` and loop back."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        sock.bind((ip, port))
+        sock.setsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_IF, socket.inet_aton(ip))
+        sock.setsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_LOOP, 1)
+        sock.setsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_TTL, ttl)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 * 1024 * 1024)
+        sock.setblocking(False)
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
+def open_multicast(group_ip: str, port: int, interface_ip: str) -> socket.socket:
+    """A socket that receives ``group_ip:port`` on the interface of ``interface_ip``."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if hasattr(socket, "SO_REUSEPORT"):
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        sock.bind((group_ip, port))
+        membership = struct.pack("4s4s", socket.inet_aton(group_ip), socket.inet_aton(interface_ip))
+        sock.setsockopt(socket.IPPROTO_IP, socket.IP_ADD_MEMBERSHIP, membership)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 * 1024 * 1024)
+        sock.setblocking(False)
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
+class Sender:
+    """Sends datagrams from the unicast socket, setting the multicast TTL per group; counts what fails."""
+
+    def __init__(self, sock: socket.socket, stats: Counter[str]) -> None:
+        self.sock = sock
+        self.stats = stats
+        self._ttl = sock.getsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_TTL)
+
+    def send(self, data: bytes, addr: tuple[str, int], ttl: int | None = None) -> None:
+        try:
+            if ttl is not None and ttl != self._ttl:
+                self.sock.setsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_TTL, ttl)
+                self._ttl = ttl
+            self.sock.sendto(data, addr)
+            self.stats["datagrams_sent"] += 1
+        except BlockingIOError:
+            self.stats["send_dropped"] += 1
+        except OSError:
+            self.stats["send_errors"] += 1

@@ -1,0 +1,30 @@
+"""Fixtures for tests that run real rmpd processes on loopback."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from .harness import Daemon, ensure_loopback_multicast
+
+
+@pytest.fixture(scope="session")
+def loopback_multicast() -> None:
+    ensure_loopback_multicast()
+
+
+@pytest.fixture
+def daemons(tmp_path: Path, loopback_multicast: None) -> Iterator[Callable[..., Daemon]]:
+    """A factory of daemons on loopback; every daemon started is stopped (SIGTERM) at the end of the test."""
+    started: list[Daemon] = []
+
+    def start(name: str | None = None, **kwargs: object) -> Daemon:
+        daemon = Daemon(tmp_path, name or f"d{len(started) + 1}", **kwargs)  # type: ignore[arg-type]
+        started.append(daemon)
+        return daemon
+
+    yield start
+    for daemon in started:
+        daemon.stop()

@@ -1,0 +1,181 @@
+"""The local socket under hostile and careless clients: every bad request gets a structured error, and the
+daemon keeps serving; the socket is mode 0660; READY=1 reaches the service manager; SIGTERM exits 0."""
+
+from __future__ import annotations
+
+import os
+import random
+import socket
+import stat
+import struct
+import subprocess
+import time
+
+import msgpack
+
+from rmpd.daemon.frames import HEADER, encode_frame
+
+from .harness import RMP, wait_for
+
+
+class RawClient:
+    """A client that writes whatever bytes a test gives it, to see what the daemon answers."""
+
+    def __init__(self, path: os.PathLike[str]) -> None:
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.settimeout(10)
+        self.sock.connect(os.fspath(path))
+        self.buffer = b""
+
+    def send_raw(self, data: bytes) -> None:
+        self.sock.sendall(data)
+
+    def request(self, obj: object) -> dict:
+        """Send one frame and return the first frame that is not a pushed event (view changes, deliveries)."""
+        self.sock.sendall(encode_frame(obj) if isinstance(obj, dict) else _frame(obj))
+        while "event" in (reply := self.read()):
+            pass
+        return reply
+
+    def read(self) -> dict:
+        while len(self.buffer) < HEADER.size:
+            chunk = self.sock.recv(65536)
+            assert chunk, "daemon closed the connection"
+            self.buffer += chunk
+        (length,) = HEADER.unpack_from(self.buffer)
+        while len(self.buffer) < HEADER.size + length:
+            chunk = self.sock.recv(65536)
+            assert chunk, "daemon closed the connection"
+            self.buffer += chunk
+        body = self.buffer[HEADER.size:HEADER.size + length]
+        self.buffer = self.buffer[HEADER.size + length:]
+        return msgpack.unpackb(body, raw=False)
+
+    def closed_by_peer(self) -> bool:
+        try:
+            while True:
+                chunk = self.sock.recv(65536)
+                if not chunk:
+                    return True
+                self.buffer += chunk
+        except TimeoutError:
+            return False
+
+
+def _frame(obj: object) -> bytes:
+    body = msgpack.packb(obj, use_bin_type=True)
+    return struct.pack(">I", len(body)) + body
+
+
+def assert_error(reply: dict, code: str) -> None:
+    assert reply.get("error") == code, reply
+    assert isinstance(reply.get("message"), str) and reply["message"]
+
+
+def test_garbage_gets_structured_errors_and_the_daemon_keeps_serving(daemons) -> None:
+    d = daemons()
+    client = RawClient(d.socket)
+    assert_error(client.request({"op": "fly", "id": 1}), "unknown-op")
+    assert_error(client.request({"id": 2}), "bad-request")
+    assert_error(client.request({"op": 7, "id": 3}), "bad-request")
+    assert_error(client.request({"op": "join", "id": 4}), "bad-request")
+    assert_error(client.request({"op": "join", "id": 5, "group": 12}), "bad-request")
+    assert_error(client.request({"op": "join", "id": 6, "group": "g", "ttl": "high"}), "bad-request")
+    assert_error(client.request({"op": "join", "id": 7, "group": ""}), "bad-request")
+    assert_error(client.request({"op": "send", "id": 8, "group": "g", "payload": "text, not bytes"}), "bad-request")
+    assert_error(client.request({"op": "send", "id": 9, "group": "g", "payload": b"x", "qos": "fast"}), "bad-request")
+    assert_error(client.request({"op": "send", "id": 10, "group": "g", "payload": b"x"}), "not-member")
+    assert_error(client.request({"op": "lock", "id": 11, "group": "g", "lock": True}), "bad-request")
+    assert_error(client.request({"op": "members", "id": 12, "group": "g", "extra": 1}), "bad-request")
+    assert_error(client.request({"op": "status", "id": [1]}), "bad-request")
+    assert_error(client.request([1, 2, 3]), "bad-frame")
+    assert_error(client.request("just a string"), "bad-frame")
+    assert_error(client.request({1: 2}), "bad-frame")
+    client.send_raw(struct.pack(">I", 5) + b"\xc1\xc1\xc1\xc1\xc1")  # 0xc1 is never valid msgpack
+    assert_error(client.read(), "bad-frame")
+    rng = random.Random(4)
+    for _ in range(200):
+        body = rng.randbytes(rng.randrange(1, 64))
+        client.send_raw(struct.pack(">I", len(body)) + body)
+        reply = client.read()
+        assert "error" in reply and isinstance(reply["message"], str), reply
+    reply = client.request({"op": "hello", "id": 99})
+    assert reply["ok"] and reply["id"] == 99 and reply["pid"] == d.pid
+
+    # An oversize frame: its length cannot be trusted, so the error comes and then the connection closes.
+    client.send_raw(struct.pack(">I", 512 * 1024 * 1024) + b"x" * 100)
+    assert_error(client.read(), "frame-too-large")
+    assert client.closed_by_peer()
+
+    # Random bytes with no framing at all, then hang up: the daemon survives and serves the next client.
+    junk = RawClient(d.socket)
+    junk.send_raw(random.Random(5).randbytes(100_000))
+    junk.sock.close()
+    fresh = RawClient(d.socket)
+    assert fresh.request({"op": "hello", "id": 1})["ok"]
+    assert d.proc.poll() is None
+    assert d.counters()["hub_requests_refused"] >= 10
+
+
+def test_socket_mode_ready_notification_and_clean_sigterm(daemons) -> None:
+    d = daemons()
+    assert stat.S_IMODE(os.stat(d.socket).st_mode) == 0o660
+    assert "READY=1" in d.ready_message
+    d.rmp("join", "solo")
+    assert d.members("solo") == [d.pid]
+    assert d.stop() == 0
+    assert not d.socket.exists()
+    assert "leaving 1 group" in d.log_path.read_text()
+
+
+def test_sigterm_leaves_the_group_so_the_others_install_a_view_without_it(daemons) -> None:
+    a, b = daemons(), daemons()
+    a.rmp("join", "g")
+    b.rmp("join", "g")
+    wait_for(lambda: sorted(a.members("g")) == sorted([a.pid, b.pid]), 10, "a two-member view")
+    assert b.stop() == 0
+    wait_for(lambda: a.members("g") == [a.pid], 10, "a view without the stopped daemon")
+
+
+def test_handler_locks_belong_to_the_client_that_took_them(daemons) -> None:
+    d = daemons()
+    d.rmp("join", "locks")
+    owner, other = RawClient(d.socket), RawClient(d.socket)
+    assert owner.request({"op": "join", "id": 1, "group": "locks"})["ok"]
+    assert other.request({"op": "join", "id": 1, "group": "locks"})["ok"]
+    assert owner.request({"op": "lock", "id": 2, "group": "locks", "lock": 3}) == {
+        "id": 2, "ok": True, "granted": True, "lock": 3}
+    assert_error(other.request({"op": "lock", "id": 2, "group": "locks", "lock": 3}), "lock-held")
+    assert_error(other.request({"op": "unlock", "id": 3, "group": "locks", "lock": 3}), "not-owner")
+    owner.sock.close()  # the owner goes away: its lock is given back to the group
+    wait_for(lambda: not any(g["locks"] for g in d.status()["groups"]), 10, "the lock to be released")
+    assert other.request({"op": "lock", "id": 4, "group": "locks", "lock": 3})["granted"]
+    # Locks taken by `rmp lock` belong to the daemon until `rmp unlock`.
+    d.rmp("lock", "locks", "4")
+    assert_error(other.request({"op": "unlock", "id": 5, "group": "locks", "lock": 4}), "not-owner")
+    d.rmp("unlock", "locks", "4")
+    result = d.rmp("unlock", "locks", "4", check=False)
+    assert result.returncode == 1 and "not-owner" in result.stderr and len(result.stderr.strip().splitlines()) == 1
+
+
+def test_a_client_that_reads_too_slowly_is_cut_off_as_slow_consumer(daemons, tmp_path) -> None:
+    config = tmp_path / "small-queue.toml"
+    config.write_text("client_queue = 50\n")
+    d = daemons(config=config)
+    d.rmp("join", "flood")
+    slow = RawClient(d.socket)
+    slow.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    assert slow.request({"op": "join", "id": 1, "group": "flood"})["ok"]
+    sender = subprocess.Popen([RMP, "--socket", str(d.socket), "send", "flood", "--count", "3000", "--size",
+                               "1000"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    frames = []
+    try:
+        while True:  # a reader slower than the group: about 200 frames a second
+            frames.append(slow.read())
+            time.sleep(0.005)
+    except (AssertionError, OSError):
+        pass
+    assert sender.wait(60) == 0
+    assert frames[-1]["error"] == "slow-consumer", frames[-1]
+    assert d.proc.poll() is None
+    assert d.rmp_json("members", "flood")["members"] == [d.pid]

@@ -1,0 +1,74 @@
+"""The client library against a real daemon, and the embedded rmpd.Node in the same group: one Group API."""
+
+from __future__ import annotations
+
+import pytest
+import trio
+
+import rmpd
+
+
+async def next_delivery(group: rmpd.Group) -> rmpd.Delivery:
+    async for event in group:
+        if isinstance(event, rmpd.Delivery):
+            return event
+    raise AssertionError("the group ended")
+
+
+async def test_node_and_daemon_client_share_a_group(daemons) -> None:
+    d = daemons()
+    d.rmp("join", "lib")
+    with trio.fail_after(60):
+        async with rmpd.connect(d.socket) as client, rmpd.Node(interface="lo", port=0) as node:
+            via_daemon = await client.join("lib")
+            embedded = await node.join("lib", existing_only=True)
+            assert sorted(await embedded.members()) == sorted([d.pid, node.pid])
+            assert sorted(await via_daemon.members()) == sorted([d.pid, node.pid])
+
+            seq = await embedded.send(b"from the node", qos=rmpd.QoS.SAFE)
+            got = await next_delivery(via_daemon)
+            assert (got.payload, got.source, got.seq, got.qos) == (b"from the node", node.pid, seq, rmpd.QoS.SAFE)
+            assert got.timestamp is not None and got.view == embedded.view
+            mine = await next_delivery(embedded)
+            assert (mine.payload, mine.timestamp) == (b"from the node", got.timestamp)
+
+            await via_daemon.send(b"k2", qos=rmpd.QoS.k(2))
+            assert (await next_delivery(embedded)).payload == b"k2"
+
+            assert await embedded.lock(2)
+            with pytest.raises(rmpd.RmpdError) as refused:
+                await via_daemon.lock(2)
+            assert refused.value.code in ("lock-held", "lock-denied")
+            assert await embedded.unlock(2)
+
+            with pytest.raises(rmpd.RmpdError) as bad:
+                await client.join("")
+            assert bad.value.code == "bad-request"
+        # The node left on exit: the daemon installs a view without it.
+    with trio.fail_after(30):
+        while d.members("lib") != [d.pid]:
+            await trio.sleep(0.1)
+
+
+async def test_view_changes_arrive_in_the_group_stream(daemons) -> None:
+    d = daemons()
+    with trio.fail_after(60):
+        async with rmpd.connect(d.socket) as client:
+            group = await client.join("views")
+            async with rmpd.Node(interface="lo", port=0) as node:
+                await node.join("views", existing_only=True)
+                async for event in group:
+                    if isinstance(event, rmpd.ViewChange) and node.pid in event.members:
+                        assert event.members == (d.pid, node.pid)
+                        break
+            await group.leave()
+            with pytest.raises(rmpd.RmpdError) as exc:
+                await group.send(b"after leave")
+            assert exc.value.code == "not-member"
+
+
+async def test_connect_to_a_missing_daemon_is_one_clear_error(tmp_path) -> None:
+    with pytest.raises(rmpd.RmpdError) as exc:
+        async with rmpd.connect(tmp_path / "nobody.sock"):
+            pass
+    assert exc.value.code == "no-daemon"

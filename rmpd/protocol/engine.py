@@ -36,11 +36,18 @@ from .packets import (
     Nack,
     NewList,
     Packet,
+    RecoveryAbort,
+    RecoveryAckNewList,
+    RecoveryStart,
+    RecoveryVote,
     decode,
     encode,
 )
 from .qos import Level, QoS
+from .reformation import Reformation
 from .view import View
+
+RECOVERY_PACKETS = (RecoveryStart, RecoveryVote, RecoveryAckNewList, RecoveryAbort)
 
 PACKET_NAMES = {
     "Data": "data", "Ack": "ack", "Confirm": "confirm", "Nack": "nack", "NewList": "new_list",
@@ -86,7 +93,7 @@ class Backoff:
         self.retries = 0
 
 
-class GroupEngine:
+class GroupEngine(Reformation):
     """One RMP process's state for one group with a given membership view."""
 
     def __init__(
@@ -110,6 +117,7 @@ class GroupEngine:
         start_ts = joined_by.ts if joined_by is not None else 0
         self.pid = pid
         self.group = group
+        self.started_at = now
         self.view = view
         """The view packets are ordered in now (the latest New List known)."""
         self.app_view = view
@@ -182,7 +190,13 @@ class GroupEngine:
         self.request_timer = Backoff(self.config.request_interval, self.config.rto_max)
         self.leaving = False
         self.departed = False
+        # Reformation (see reformation.py).
+        self.version_seen: tuple[int, ProcessId] = (0, "")
+        self.participation = None
+        self.initiation = None
+        self.restart_deadline: float | None = None
         self.departed_at: float | None = None
+        self.depart_reason = "left"
         self.finished = False
 
         if joined_by is not None:
@@ -198,7 +212,8 @@ class GroupEngine:
         self.q.advance()
         self.deliver_ts = start_ts + 1
         self._events.append(ViewInstalled(group, view.view_id, view.members, start_ts))
-        self._record("view", now, ts=start_ts, members=list(view.members))
+        self._record("view", now, ts=start_ts, members=list(view.members), locks=[list(x) for x in view.locks],
+                     view=str(view.view_id))
 
     # ------------------------------------------------------------------------------------------------------------
     # Outputs
@@ -220,7 +235,7 @@ class GroupEngine:
             d
             for d in (
                 self.pass_timer.deadline, self.rto.deadline, self.null_deadline, self.nack_deadline,
-                self.stall_deadline, self.request_timer.deadline,
+                self.stall_deadline, self.request_timer.deadline, self.recovery_deadline(),
             )
             if d is not None
         ]
@@ -280,6 +295,9 @@ class GroupEngine:
             else:
                 self.stats["other_view"] += 1
             return
+        part = self.participation
+        if part is not None and part.new_list is not None and packet.view == part.new_list.new_view:
+            self._commit_recovery(part.new_list, now)  # the initiator committed: so do we
         view = self.known_views.get(packet.view)  # type: ignore[arg-type]
         if view is None:
             self.stats["other_view"] += 1
@@ -300,7 +318,10 @@ class GroupEngine:
         elif isinstance(packet, Ack):
             self._on_ack(packet, now)
         elif isinstance(packet, NewList):
-            self._on_new_list(packet, now)
+            if packet.request_src is not None or not self._on_recovery_new_list(packet, now):
+                self._on_new_list(packet, now)
+        elif isinstance(packet, RECOVERY_PACKETS):
+            self._on_recovery_packet(packet, now)
         elif isinstance(packet, Confirm):
             self._on_confirm(packet)
         elif isinstance(packet, Nack):
@@ -320,23 +341,38 @@ class GroupEngine:
 
     def handle_timer(self, now: float) -> None:
         """Run whatever is due at ``now``."""
+        self._recovery_timer(now)
         if self.pass_timer.expired(now) and self.pass_pending is not None:
-            self.stats["ack_retransmits"] += 1
-            self._datagrams.append(Transmit(None, self._pass_bytes, self.group))
-            self._record_packet("send", self.pass_pending, now)
-            self.pass_timer.back_off(now)
+            if self.pass_timer.retries >= self.config.fail_retries and not self.departed:
+                self.suspect_failure(now, "token_pass")
+            else:
+                self.stats["ack_retransmits"] += 1
+                self._datagrams.append(Transmit(None, self._pass_bytes, self.group))
+                self._record_packet("send", self.pass_pending, now)
+                self.pass_timer.back_off(now)
         if self.rto.expired(now):
-            self._retransmit_own(now)
+            if self.rto.retries >= self.config.fail_retries:
+                self.suspect_failure(now, "data")
+            else:
+                self._retransmit_own(now)
         if self.null_deadline is not None and now >= self.null_deadline:
             self.null_deadline = None
             if self.have_token:
                 self._send_ack((), self.incoming_quiet + 1, now)
         if self.nack_deadline is not None and now >= self.nack_deadline:
+            if self.nack_tries >= self.config.nack_rotate + self.config.fail_retries and not self.frozen:
+                self.suspect_failure(now, "nack")
             self._send_nack(now, tail=False)
         if self.stall_deadline is not None and now >= self.stall_deadline:
-            self._send_nack(now, tail=True)
+            if self.stall_tries >= 3:
+                self.suspect_failure(now, "stall")
+            else:
+                self._send_nack(now, tail=True)
         if self.request_timer.expired(now):
-            self._resend_requests(now)
+            if self.request_timer.retries >= self.config.fail_retries:
+                self.suspect_failure(now, "request")
+            else:
+                self._resend_requests(now)
         if self.departed:
             self._check_finished(now)
             return
@@ -557,7 +593,8 @@ class GroupEngine:
         if nl.new_view != self.app_view.view_id:
             self.app_view = view
             self._events.append(ViewInstalled(self.group, view.view_id, view.members, nl.ts))
-            self._record("view", now, ts=nl.ts, members=list(view.members))
+            self._record("view", now, ts=nl.ts, members=list(view.members), locks=[list(x) for x in view.locks],
+                         view=str(view.view_id))
         if nl.request_src == self.pid and nl.request_id is not None:
             self._request_answered(nl, now)
         if self.pid not in view:
@@ -617,8 +654,9 @@ class GroupEngine:
     # ------------------------------------------------------------------------------------------------------------
     # After leaving: answer NACKs until everything held is stable
 
-    def _depart(self, now: float) -> None:
+    def _depart(self, now: float, reason: str = "left") -> None:
         self.departed = True
+        self.depart_reason = reason
         self.departed_at = now
         self.have_token = False
         self.accept_target = None
@@ -649,7 +687,7 @@ class GroupEngine:
         if (stable and self.pass_pending is None) or lingered:
             self.finished = True
             self.pass_timer.stop()
-            self._events.append(Left(self.group, "left"))
+            self._events.append(Left(self.group, self.depart_reason))
 
     def _reconfirm(self, ack: Ack | NewList, now: float) -> None:
         """A resent ACK whose token we already accepted: the Confirm was lost, send it again."""
@@ -704,7 +742,7 @@ class GroupEngine:
         self.accepted_ts = ack_ts
         self.incoming_quiet = quiet
         self.stats["token_accepts"] += 1
-        self._record("token", now, ts=last_ts, prev=prev)
+        self._record("token", now, ts=last_ts, prev=prev, view=str(self.view.view_id))
         return ack_ts, prev
 
     def _holds_through(self, ts: int) -> bool:
@@ -908,7 +946,7 @@ class GroupEngine:
 
     def _progress(self, now: float) -> None:
         q = self.q
-        while True:
+        while not self.frozen:
             self._advance_and_scan(now)
             accepted = self._try_accept(now)
             if not self.have_token:
@@ -935,7 +973,7 @@ class GroupEngine:
             self.nack_deadline = None
             self.nack_tries = 0
         # Stall: undelivered messages and no new ACK for a while.
-        waiting = self.deliver_ts <= q.high or bool(self.accept_target)
+        waiting = (self.deliver_ts <= q.high or bool(self.accept_target)) and not self.frozen
         if waiting and self.stall_deadline is None:
             self.stall_deadline = now + self.config.stall_timeout
         elif not waiting:
@@ -967,7 +1005,7 @@ class GroupEngine:
         if not self.config.journal:
             return
         record: dict[str, Any] = {
-            "v": 1, "node": self.pid, "group": self.group, "event": event, "view": str(self.view.view_id),
+            "v": 1, "node": self.pid, "group": self.group, "event": event, "view": str(self.app_view.view_id),
             "ts": None, "src": None, "seq": None, "qos": None, "mono": now,
         }
         record.update(fields)
@@ -977,6 +1015,8 @@ class GroupEngine:
         if not self.config.journal:
             return
         fields: dict[str, Any] = {"packet": PACKET_NAMES[type(packet).__name__]}
+        if packet.view is not None:
+            fields["view"] = str(packet.view)
         if isinstance(packet, Data):
             fields.update(src=packet.src, seq=packet.seq, qos=packet.qos.name())
         elif isinstance(packet, Ack):

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class EngineConfig:
-    rto_initial: float = 0.2
+    rto_initial: float = 0.01
     """First retransmission timeout for packets that need a positive acknowledgement (data, ACK passes)."""
     rto_max: float = 2.0
     """Exponential back-off is clamped here (RMP paper, section 4.6)."""
@@ -35,5 +35,13 @@ class EngineConfig:
     """Unanswered join requests before a process forms a group of its own (or gives up, for existing-only joins)."""
     leave_linger: float = 30.0
     """A departed member answers NACKs at most this long while waiting for what it held to become stable."""
+    fail_retries: int = 10
+    """A process that fails to answer this many retries of an acknowledged packet is declared failed."""
+    recovery_interval: float = 0.2
+    """Reformation: interval between Recovery Start polls and New List resends."""
+    recovery_patience: int = 10
+    """Reformation: rounds without progress before the initiator settles (or aborts)."""
+    recovery_backoff: tuple[float, float] = (0.3, 1.5)
+    """Random wait, in this range, before restarting an aborted reformation."""
     journal: bool = False
     """Produce journal records (docs/trace-format.md)."""

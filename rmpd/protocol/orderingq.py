@@ -138,6 +138,18 @@ class OrderingQ:
                     break
         return out
 
+    def truncate(self, after: int) -> list[Slot]:
+        """Drop every slot beyond ``after`` (a reformation's sync point) and return them."""
+        dropped = [self.slots.pop(ts) for ts in range(after + 1, self.high + 1) if ts in self.slots]
+        for slot in dropped:
+            if slot.key is not None:
+                self.index.pop(slot.key, None)
+            if slot.kind in (SlotKind.ACK, SlotKind.VIEW):
+                self.ack_slots -= 1
+        self.high = max(after, self.base - 1)
+        self.contig = min(self.contig, self.high)
+        return dropped
+
     def pop_front(self) -> Slot:
         slot = self.slots.pop(self.base)
         self.base += 1

@@ -40,8 +40,10 @@ class NotMember(Exception):
 
 class RmpProcess:
     def __init__(self, *, pid: ProcessId, config: EngineConfig | None = None, rng: Rng, now: float,
-                 wall_ms: int, multicast_capable: bool = True) -> None:
+                 wall_ms: int, multicast_capable: bool = True,
+                 engine_factory: type[GroupEngine] = GroupEngine) -> None:
         self.pid = pid
+        self.engine_factory = engine_factory
         self.config = config or EngineConfig()
         self.rng = rng
         self.multicast_capable = multicast_capable
@@ -214,7 +216,7 @@ class RmpProcess:
         self._install(nl.group, view, now, joined_by=nl)
 
     def _install(self, group: str, view: View, now: float, joined_by: NewList | None = None) -> GroupEngine:
-        engine = GroupEngine(pid=self.pid, group=group, view=view, config=self.config, rng=self.rng, now=now,
+        engine = self.engine_factory(pid=self.pid, group=group, view=view, config=self.config, rng=self.rng, now=now,
                              view_counter=self.view_counter, request_ids=self._request_ids,
                              joined_by=joined_by)
         self.engines[group] = engine

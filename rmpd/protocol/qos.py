@@ -115,6 +115,9 @@ QoS.SOURCE = QoS(Level.SOURCE)
 QoS.TOTAL = QoS(Level.TOTAL)
 QoS.MAJORITY = QoS(Level.MAJORITY)
 QoS.SAFE = QoS(Level.SAFE)
-_CANONICAL = {(q.level, q.k): q for q in (QoS.UNRELIABLE, QoS.UNORDERED, QoS.SOURCE, QoS.TOTAL, QoS.MAJORITY, QoS.SAFE)}
+_CANONICAL = {
+    (q.level, q.resilience): q
+    for q in (QoS.UNRELIABLE, QoS.UNORDERED, QoS.SOURCE, QoS.TOTAL, QoS.MAJORITY, QoS.SAFE)
+}
 _BY_CODE: dict[int, QoS] = {}
 """Decoded QoS codes, so the hot path of packet decoding builds no new objects."""

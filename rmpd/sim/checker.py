@@ -1,12 +1,17 @@
 """In-process invariant checker: every journal record of every simulated process, checked as it happens.
 
 The simulator sees all processes at once, on one clock, so it can check what no single process can: one canonical
-order of timestamps, that each token acceptance really held every packet ordered so far, and that a K-resilient
-message was held by K members at the moment anyone delivered it.  Invariant names match ``rmp audit``.
+order per view, that each token acceptance really held every packet ordered so far, that a K-resilient message was
+held by K members at the moment anyone delivered it, and that members moving through the same two views delivered
+the same messages in between.  Invariant names match ``rmp audit``.
+
+Processes are named by ``node`` keys that include an incarnation (``ip:port#n``), so a crashed and restarted
+process, which comes back as a new member, is checked as a new process.
 """
 
 from __future__ import annotations
 
+import itertools
 from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any
@@ -35,26 +40,29 @@ class InvariantChecker:
 
     MAX_VIOLATIONS = 50
 
-    def __init__(self, members: list[str], view_size: int) -> None:
-        self.members = members
-        self.view_size = view_size
+    def __init__(self) -> None:
         self.violations: list[Violation] = []
         self.violation_count = 0
         self.sent: dict[tuple[str, int, bool], SentMessage] = {}
-        self.source_seqs: dict[str, list[int]] = defaultdict(list)
-        """Per sender, the sequence numbers it sent with QoS >= source, in order."""
-        # Canonical history: timestamp -> ("ack", src) or ("data", key).
-        self.history: dict[int, tuple[str, Any]] = {}
-        # Per node: what it holds, what it delivered.
+        # Canonical history per view: ts -> ("ack", sender) or ("data", key), from ACKs as sent.
+        self.history: dict[str, dict[int, tuple[str, Any]]] = defaultdict(dict)
+        self.view_start: dict[str, int] = {}
+        self.view_members: dict[str, tuple[str, ...]] = {}
+        # Per node: what it holds, what it delivered, where it is.
         self.has_data: dict[str, set[DataKey]] = defaultdict(set)
-        self.has_ack: dict[str, set[int]] = defaultdict(set)
+        self.has_ack: dict[str, set[tuple[str, int]]] = defaultdict(set)
         self.holders: dict[DataKey, set[str]] = defaultdict(set)
         self.delivered: dict[str, set[DataKey]] = defaultdict(set)
         self.delivered_count = 0
-        self.last_total_ts: dict[str, int] = {}
-        self.total_ts: dict[str, list[int]] = defaultdict(list)
-        self.source_cursor: dict[tuple[str, str], int] = defaultdict(int)
-        self.token_checked: dict[str, int] = defaultdict(int)
+        self.deliveries: dict[str, list[tuple[str, DataKey, float]]] = defaultdict(list)
+        self.last_total: dict[str, tuple[str, int]] = {}
+        self.last_source: dict[tuple[str, str], int] = {}
+        self.total_in_view: dict[tuple[str, str], list[int]] = defaultdict(list)
+        self.at_position: dict[tuple[str, int], DataKey] = {}
+        self.resilient_position: dict[DataKey, tuple[str, int]] = {}
+        self.views_of: dict[str, list[str]] = defaultdict(list)
+        self.locks_of_view: dict[str, dict[int, str]] = {}
+        self.token_checked: dict[str, int] = {}
 
     def fail(self, invariant: str, detail: str) -> None:
         self.violation_count += 1
@@ -64,14 +72,10 @@ class InvariantChecker:
     # --------------------------------------------------------------------------------------------------------------
 
     def on_send(self, message: SentMessage) -> None:
-        reliable = message.qos.level != Level.UNRELIABLE
-        self.sent[(message.src, message.seq, reliable)] = message
-        if message.qos.level >= Level.SOURCE:
-            self.source_seqs[message.src].append(message.seq)
+        self.sent[(message.src, message.seq, message.qos.level != Level.UNRELIABLE)] = message
 
-    def on_record(self, rec: dict[str, Any], payload: bytes | None = None) -> None:
+    def on_record(self, node: str, rec: dict[str, Any], payload: bytes | None = None) -> None:
         event = rec["event"]
-        node = rec["node"]
         if event == "deliver":
             self._on_deliver(node, rec, payload)
         elif event in ("send", "recv"):
@@ -84,37 +88,57 @@ class InvariantChecker:
             elif kind == "ack":
                 self._on_ack(node, rec)
         elif event == "token":
-            self._on_token(node, rec["ts"])
+            self._on_token(node, rec)
+        elif event == "view":
+            self._on_view(node, rec)
 
     def _on_ack(self, node: str, rec: dict[str, Any]) -> None:
-        ts = rec["ts"]
-        self.has_ack[node].add(ts)
-        entries = [(ts, ("ack", rec["src"]))]
-        entries += [(ts + 1 + i, ("data", (s, n))) for i, (s, n, _) in enumerate(rec["orders"])]
-        for at, entry in entries:
-            known = self.history.setdefault(at, entry)
-            if known != entry:
-                self.fail("one-order", f"timestamp {at} holds {known} at one process and {entry} at {node}")
+        view, ts = rec["view"], rec["ts"]
+        self.has_ack[node].add((view, ts))
+        history = self.history[view]
+        history.setdefault(ts, ("ack", rec["src"]))
+        for i, (s, n, _) in enumerate(rec["orders"]):
+            history.setdefault(ts + 1 + i, ("data", (s, n)))
 
-    def _on_token(self, node: str, through: int) -> None:
-        start = self.token_checked[node]
+    def _on_token(self, node: str, rec: dict[str, Any]) -> None:
+        view, through = rec["view"], rec["ts"]
+        start = max(self.token_checked.get(node, 0), self.view_start.get(view, 0) + 1)
+        history = self.history[view]
         for ts in range(start, through + 1):
-            entry = self.history.get(ts)
+            entry = history.get(ts)
             if entry is None:
-                if ts == 0:
-                    continue
-                self.fail("token-acceptance", f"{node} accepted the token through {through}; ts {ts} never ordered")
-                return
+                continue  # a New List slot, or ordered in an earlier view
             kind, what = entry
-            held = ts in self.has_ack[node] if kind == "ack" else what in self.has_data[node]
+            held = (view, ts) in self.has_ack[node] if kind == "ack" else what in self.has_data[node]
             if not held:
                 self.fail("token-acceptance", f"{node} accepted the token through {through} without ts {ts} ({entry})")
                 return
         self.token_checked[node] = max(start, through + 1)
 
+    def _on_view(self, node: str, rec: dict[str, Any]) -> None:
+        view = rec["view"]
+        members = tuple(rec["members"])
+        known = self.view_members.setdefault(view, members)
+        if known != members:
+            self.fail("unique-view-id", f"view {view} names {known} at one process and {members} at {node}")
+        self.view_start.setdefault(view, rec["ts"])
+        locks = {n: holder for n, holder in rec.get("locks") or []}
+        if any(holder not in members for holder in locks.values()):
+            self.fail("lock-exclusion", f"view {view} gives a lock to a non-member: {locks}")
+        previous = self.views_of[node][-1] if self.views_of[node] else None
+        if previous is not None:
+            before = self.locks_of_view.get(previous, {})
+            for n, holder in locks.items():
+                if before.get(n) not in (None, holder) and before[n] in members:
+                    self.fail("lock-exclusion", f"lock {n} moved from {before[n]} to {holder} in view {view} "
+                                                f"while {before[n]} still held it")
+        self.locks_of_view.setdefault(view, locks)
+        self.views_of[node].append(view)
+        self.last_total.pop(node, None)
+
     def _on_deliver(self, node: str, rec: dict[str, Any], payload: bytes | None) -> None:
         qos = QoS.parse(rec["qos"])
-        src, seq, ts = rec["src"], rec["seq"], rec["ts"]
+        src, seq, ts, view = rec["src"], rec["seq"], rec["ts"], rec["view"]
         reliable = qos.level != Level.UNRELIABLE
         sent = self.sent.get((src, seq, reliable))
         if sent is None or sent.qos != qos or (payload is not None and payload != sent.payload):
@@ -128,42 +152,59 @@ class InvariantChecker:
             return
         self.delivered[node].add(key)
         self.delivered_count += 1
+        self.deliveries[node].append((view, key, rec["mono"]))
         if qos.level >= Level.SOURCE:
-            self._check_source_order(node, src, seq)
-        if qos.level >= Level.TOTAL:
-            if ts is None:
-                self.fail("total-order", f"{node} delivered {src}#{seq} ({qos.name()}) without a timestamp")
-                return
-            if self.history.get(ts) != ("data", key):
-                self.fail("one-order", f"{node} delivered {src}#{seq} at ts {ts}; history says {self.history.get(ts)}")
-            last = self.last_total_ts.get(node, -1)
-            if ts <= last:
-                self.fail("total-order", f"{node} delivered ts {ts} after ts {last}")
-            self.last_total_ts[node] = ts
-            self.total_ts[node].append(ts)
+            last = self.last_source.get((node, src), 0)
+            if seq <= last:
+                self.fail("source-order", f"{node} delivered {src}#{seq} after {src}#{last}")
+            self.last_source[(node, src)] = max(seq, last)
+        if qos.level < Level.TOTAL:
+            return
+        if ts is None:
+            self.fail("total-order", f"{node} delivered {src}#{seq} ({qos.name()}) without a timestamp")
+            return
+        known = self.at_position.setdefault((view, ts), key)
+        if known != key:
+            self.fail("one-order", f"view {view} ts {ts}: {node} delivered {src}#{seq}, another process {known}")
+        last_view, last_ts = self.last_total.get(node, (view, -1))
+        if last_view == view and ts <= last_ts:
+            self.fail("total-order", f"{node} delivered ts {ts} after ts {last_ts} in view {view}")
+        self.last_total[node] = (view, ts)
+        self.total_in_view[(node, view)].append(ts)
+        if qos.level >= Level.MAJORITY:
+            first = self.resilient_position.setdefault(key, (view, ts))
+            if first != (view, ts):
+                self.fail("resilient-order", f"{qos.name()} {src}#{seq} delivered at {first} and at {(view, ts)}")
         if qos.level >= Level.K_RESILIENT:
-            need = qos.required_holders(self.view_size)
+            members = self.view_members.get(view, ())
+            need = qos.required_holders(len(members) or 1)
             have = len(self.holders[key])
             if have < need:
                 self.fail("k-resilience", f"{node} delivered {src}#{seq} ({qos.name()}) held by {have} < {need}")
 
-    def _check_source_order(self, node: str, src: str, seq: int) -> None:
-        seqs = self.source_seqs[src]
-        delivered = self.delivered[node]
-        cursor = self.source_cursor[(node, src)]
-        while cursor < len(seqs) and (src, seqs[cursor]) in delivered:
-            cursor += 1
-        self.source_cursor[(node, src)] = cursor
-        if cursor < len(seqs) and seqs[cursor] < seq:
-            self.fail("source-order", f"{node} delivered {src}#{seq} before {src}#{seqs[cursor]}")
-
     # --------------------------------------------------------------------------------------------------------------
 
     def finish(self) -> None:
-        """End-of-run checks: every member delivered the same totally ordered sequence, without gaps."""
-        canonical = sorted({ts for seqs in self.total_ts.values() for ts in seqs})
-        for node in self.members:
-            mine = self.total_ts.get(node, [])
-            if mine != canonical[: len(mine)]:
-                first = next((a for a, b in zip(mine, canonical, strict=False) if a != b), None)
-                self.fail("total-order", f"{node} skipped a totally ordered message (first difference at ts {first})")
+        """End-of-run checks: no gaps in any member's total order; virtual synchrony across view changes."""
+        canonical: dict[str, list[int]] = defaultdict(list)
+        for (_, view), seqs in self.total_in_view.items():
+            canonical[view].extend(seqs)
+        for view in canonical:
+            canonical[view] = sorted(set(canonical[view]))
+        for (node, view), mine in self.total_in_view.items():
+            full = canonical[view]
+            lo, hi = full.index(mine[0]), full.index(mine[-1])
+            if full[lo:hi + 1] != mine:
+                missing = sorted(set(full[lo:hi + 1]) - set(mine))
+                self.fail("total-order", f"{node} skipped totally ordered messages in view {view} at ts {missing[:5]}")
+        # Members that install the same two consecutive views delivered the same set in the first.
+        groups: dict[tuple[str, str], list[str]] = defaultdict(list)
+        for node, views in self.views_of.items():
+            for a, b in itertools.pairwise(views):
+                groups[(a, b)].append(node)
+        for (a, b), nodes in groups.items():
+            sets = {node: frozenset(self.total_in_view.get((node, a), [])) for node in nodes}
+            if len(set(sets.values())) > 1:
+                sizes = {node: len(s) for node, s in sets.items()}
+                self.fail("virtual-synchrony", f"members moving from view {a} to {b} delivered different sets: "
+                                               f"{sizes}")

@@ -1,7 +1,12 @@
-"""Runs one seeded simulation: N engines, a workload of random senders, a faulty network, the checker.
+"""Runs one seeded simulation: RMP processes, a workload, a faulty network, faults, and the checker.
 
-One seed derives every random choice (network faults, send times, QoS picks, payloads), so ``run_seed(config,
-seed)`` always returns the same result; a failure carries the ``rmp sim`` command that replays it.
+One seed derives every random choice (network faults, send times, QoS picks, payloads, crash and partition times,
+joins, leaves, lock requests), so ``run_seed(config, seed)`` always returns the same result; a failure carries the
+``rmp sim`` command that replays it.
+
+A run has two phases, as in TigerBeetle's VOPR: while the workload runs, faults are injected (crashes with restarts,
+a partition that heals, joins, leaves, lock traffic) and safety is checked on every event; then faults stop, and the
+survivors must converge: every member of the surviving view delivers every reliable message its members sent.
 """
 
 from __future__ import annotations
@@ -15,9 +20,11 @@ from typing import Any
 from ..journal import JournalWriter
 from ..protocol.config import EngineConfig
 from ..protocol.engine import GroupEngine
-from ..protocol.events import Delivery
+from ..protocol.events import Delivery, Left
 from ..protocol.ids import ViewId
-from ..protocol.qos import QoS
+from ..protocol.process import NotMember, RmpProcess
+from ..protocol.qos import Level, QoS
+from ..protocol.reformation import MIN_PARTITION_MAJORITY
 from ..protocol.view import View
 from .checker import InvariantChecker, SentMessage
 from .network import EventQueue, LinkFaults, SimNetwork
@@ -26,6 +33,7 @@ QOS_CHOICES = ("unreliable", "unordered", "source", "total", "k2", "k3", "majori
 MIXED = tuple(QoS.parse(name) for name in QOS_CHOICES[:-1])
 SIM_EPOCH = 1_700_000_000.0
 """Wall-clock time journaled for virtual time 0."""
+GROUP = "sim"
 
 
 @dataclass(frozen=True)
@@ -38,9 +46,14 @@ class SimConfig:
     dup: float = 0.0
     reorder: float = 0.0
     qos: str = "total"
+    crash: int = 0
+    partition: bool = False
+    joins: int = 0
+    leaves: int = 0
+    locks: bool = False
     send_interval: float = 0.002
     """Mean gap between one sender's messages (exponentially distributed), in virtual seconds."""
-    max_time: float = 600.0
+    max_time: float = 900.0
     """Virtual seconds after which a run that has not fallen silent counts as not quiescent."""
 
     def __post_init__(self) -> None:
@@ -52,15 +65,34 @@ class SimConfig:
             raise ValueError("--messages and --size must not be negative")
         if self.qos not in QOS_CHOICES:
             raise ValueError(f"--qos must be one of {', '.join(QOS_CHOICES)}")
+        if self.crash < 0 or self.joins < 0 or self.leaves < 0:
+            raise ValueError("--crash, --joins and --leaves must not be negative")
+        if self.leaves >= self.members:
+            raise ValueError("--leaves must leave at least one member")
         LinkFaults(loss=self.loss, dup=self.dup, reorder=self.reorder)
+
+    @property
+    def membership_faults(self) -> bool:
+        return bool(self.crash or self.partition or self.joins or self.leaves or self.locks)
 
     def cli_args(self) -> list[str]:
         """The ``rmp sim`` flags that reproduce this configuration."""
-        return [
+        args = [
             "--members", str(self.members), "--senders", str(self.senders), "--messages", str(self.messages),
             "--size", str(self.size), "--loss", str(self.loss), "--dup", str(self.dup),
             "--reorder", str(self.reorder), "--qos", self.qos,
         ]
+        if self.crash:
+            args += ["--crash", str(self.crash)]
+        if self.partition:
+            args.append("--partition")
+        if self.joins:
+            args += ["--joins", str(self.joins)]
+        if self.leaves:
+            args += ["--leaves", str(self.leaves)]
+        if self.locks:
+            args.append("--locks")
+        return args
 
     def replay_command(self, seed: int) -> str:
         return " ".join(["rmp", "sim", *self.cli_args(), "--seed", str(seed)])
@@ -74,8 +106,12 @@ class SeedResult:
     delivered: int
     expected: int
     quiescent: bool
+    liveness: bool
     sim_time: float
     datagrams: int
+    views_installed: int = 0
+    reformations: int = 0
+    detection_seconds: float = 0.0
     stats: dict[str, int] = field(default_factory=dict)
     max_ack_slots: int = 0
 
@@ -83,8 +119,18 @@ class SeedResult:
         return asdict(self)
 
 
+@dataclass
+class Sent:
+    """A message an application handed to its process, and which engine took it."""
+
+    src: str
+    seq: int
+    engine: int
+    at: float
+
+
 class Simulation:
-    """The cluster of engines wired to the network and the checker."""
+    """A set of RMP process slots (each pid may crash and restart) wired to the network and the checker."""
 
     def __init__(self, config: SimConfig, seed: int, *, journal_dir: Path | None = None,
                  engine_factory: type[GroupEngine] = GroupEngine,
@@ -92,122 +138,302 @@ class Simulation:
         self.config = config
         self.seed = seed
         self.queue = EventQueue()
-        net_rng = random.Random(seed * 4 + 1)
-        self.work_rng = random.Random(seed * 4 + 2)
-        self.pids = [f"10.0.{i // 250}.{i % 250 + 1}:7000" for i in range(config.members)]
+        self.fault_rng = random.Random(seed * 8 + 5)
+        self.work_rng = random.Random(seed * 8 + 2)
+        self.engine_factory = engine_factory
+        total = config.members + config.joins
+        self.hosts = [f"10.0.{i // 250}.{i % 250 + 1}" for i in range(total)]
+        self.pids = [f"{host}:7000" for host in self.hosts]
+        """The current process ID on each host: a restarted process takes a new port (paper 3.1: a process ID is
+        never reused)."""
         self.index = {pid: i for i, pid in enumerate(self.pids)}
-        view = View(ViewId(self.pids[0], int(SIM_EPOCH * 1000)), tuple(self.pids))
         faults = LinkFaults(loss=config.loss, dup=config.dup, reorder=config.reorder)
-        self.network = SimNetwork(self.queue, faults, net_rng, config.members)
-        self.checker = InvariantChecker(self.pids, config.members)
+        self.network = SimNetwork(self.queue, faults, random.Random(seed * 8 + 1), total)
+        self.checker = InvariantChecker()
         self.writer = JournalWriter(journal_dir) if journal_dir is not None else None
-        ecfg = engine_config or EngineConfig()
-        if not ecfg.journal:
-            ecfg = EngineConfig(**{**asdict(ecfg), "journal": True})
-        self.engines = [
-            engine_factory(pid=pid, group="sim", view=view, config=ecfg, rng=random.Random(seed * 4 + 3 + i * 1000),
-                           now=0.0)
-            for i, pid in enumerate(self.pids)
-        ]
-        self.timer_at: list[float | None] = [None] * config.members
-        self.timer_version = [0] * config.members
-        self.to_send = [config.messages if i < config.senders else 0 for i in range(config.members)]
-        self.expected = 0
-        self.last_send_time = 0.0
+        base = engine_config or EngineConfig()
+        self.engine_config = EngineConfig(**{**asdict(base), "journal": True})
+        self.procs: list[RmpProcess | None] = [None] * total
+        self.incarnation = [0] * total
+        self.crashed_at: dict[str, float] = {}
+        self.detections: list[float] = []
+        self.side: list[int] = [0] * total
+        self.partitioned = False
+        self.timer_at: list[float | None] = [None] * total
+        self.timer_version = [0] * total
+        self.to_send = [config.messages if i < config.senders else 0 for i in range(total)]
+        self.sent: list[Sent] = []
+        self.views: set[str] = set()
+        self.recoveries: set[str] = set()
         self.max_ack_slots = 0
+        self.faults_until = config.messages * config.send_interval * 1.2 + 0.05
+        self.min_partition = MIN_PARTITION_MAJORITY if config.partition else 1
+        self.rejoin_pending: set[int] = set()
 
     # --------------------------------------------------------------------------------------------------------------
 
+    def _spawn(self, i: int) -> RmpProcess:
+        self.incarnation[i] += 1
+        if self.incarnation[i] > 1:
+            self.pids[i] = f"{self.hosts[i]}:{7000 + self.incarnation[i] - 1}"
+            self.index[self.pids[i]] = i
+        proc = RmpProcess(pid=self.pids[i], config=self.engine_config,
+                          rng=random.Random(self.seed * 8 + 3 + i * 1000 + self.incarnation[i]), now=self.queue.now,
+                          wall_ms=int((SIM_EPOCH + self.queue.now) * 1000) + self.incarnation[i] * 7,
+                          engine_factory=self.engine_factory)
+        self.procs[i] = proc
+        return proc
+
+    def _node(self, i: int) -> str:
+        return self.pids[i]
+
+    def _blocked(self, src: int, dst: int) -> bool:
+        return self.procs[dst] is None or self.procs[src] is None or self.side[src] != self.side[dst]
+
+    def _schedule_faults(self) -> None:
+        cfg, rng, window = self.config, self.fault_rng, self.faults_until
+        initial = list(range(cfg.members))
+        for j in range(cfg.joins):
+            self.queue.push(rng.uniform(0.0, window), "join", cfg.members + j)
+        for i in rng.sample(initial[1:] or initial, min(cfg.leaves, max(len(initial) - 1, 0))):
+            self.queue.push(rng.uniform(0.0, window), "leave", i)
+        for i in rng.sample(initial, min(cfg.crash, len(initial))):
+            at = rng.uniform(0.0, window)
+            self.queue.push(at, "crash", i)
+            self.queue.push(at + rng.uniform(2.0, 10.0), "restart", i)
+        if cfg.partition:
+            at = rng.uniform(0.0, window)
+            self.queue.push(at, "partition", None)
+            self.queue.push(at + rng.uniform(1.0, 12.0), "heal", None)
+        if cfg.locks:
+            for _ in range(3 * cfg.members):
+                self.queue.push(rng.uniform(0.0, window), "lock", rng.randrange(cfg.members))
+
     def run(self) -> SeedResult:
-        for i in range(self.config.members):
+        cfg = self.config
+        view = View(ViewId(self.pids[0], int(SIM_EPOCH * 1000)), tuple(self.pids[: cfg.members]),
+                    min_partition=self.min_partition)
+        for i in range(cfg.members):
+            proc = self._spawn(i)
+            if i == 0:
+                proc.view_counter.next_view_id(0.0)  # the founder's counter made the first view
+            proc.found(GROUP, view, 0.0)
             self._drain(i)
             if self.to_send[i]:
-                self.queue.push(self.work_rng.expovariate(1 / self.config.send_interval), "send", i)
-        max_time = self.config.max_time
+                self.queue.push(self.work_rng.expovariate(1 / cfg.send_interval), "send", i)
+        self._schedule_faults()
         queue = self.queue
         while len(queue):
             kind, payload = queue.pop()
-            if queue.now > max_time:
+            if queue.now > cfg.max_time:
                 break
             if kind == "datagram":
                 dst, src, data = payload
                 self.network.arrived()
-                self.engines[dst].receive_datagram(data, self.pids[src], queue.now)
-                self._drain(dst)
+                proc = self.procs[dst]
+                if proc is not None and not self._blocked(src, dst):
+                    proc.receive_datagram(data, self.pids[src], queue.now)
+                    self._drain(dst)
             elif kind == "timer":
                 i, version = payload
-                if version == self.timer_version[i]:
+                proc = self.procs[i]
+                if version == self.timer_version[i] and proc is not None:
                     self.timer_at[i] = None
-                    self.engines[i].handle_timer(queue.now)
+                    proc.handle_timer(queue.now)
                     self._drain(i)
-            else:
+            elif kind == "send":
                 self._app_send(payload)
+            else:
+                self._fault(kind, payload)
         self.checker.finish()
-        quiescent = not len(queue) and all(e.quiet for e in self.engines)
+        quiescent = not len(queue)
         if self.writer is not None:
             self.writer.close()
-        stats: Counter[str] = Counter()
-        for engine in self.engines:
-            stats.update(engine.stats)
-        stats["network_lost"] = self.network.lost
-        stats["network_duplicated"] = self.network.duplicated
-        return SeedResult(
-            seed=self.seed,
-            violations=[asdict(v) for v in self.checker.violations],
-            violation_count=self.checker.violation_count,
-            delivered=self.checker.delivered_count,
-            expected=self.expected,
-            quiescent=quiescent,
-            sim_time=round(queue.now, 6),
-            datagrams=self.network.sent,
-            stats=dict(stats),
-            max_ack_slots=self.max_ack_slots,
-        )
+        return self._result(quiescent)
+
+    # --------------------------------------------------------------------------------------------------------------
+
+    def _fault(self, kind: str, i: Any) -> None:
+        now = self.queue.now
+        if kind == "crash" and self.procs[i] is not None:
+            self.procs[i] = None
+            self.timer_version[i] += 1
+            self.crashed_at[self.pids[i]] = now
+        elif (kind == "restart" and self.procs[i] is None) or (kind == "join" and self.procs[i] is None):
+            self._spawn(i).join(GROUP, now, min_partition=self.min_partition)
+            self._drain(i)
+        elif kind == "leave" and self.procs[i] is not None:
+            try:
+                self.procs[i].leave(GROUP, now)
+            except NotMember:
+                return
+            self.to_send[i] = 0
+            self._drain(i)
+        elif kind == "partition":
+            alive = [j for j, p in enumerate(self.procs) if p is not None]
+            minority = self.fault_rng.sample(alive, self.fault_rng.randint(1, max(1, (len(alive) - 1) // 2)))
+            for j in minority:
+                self.side[j] = 1
+            self.partitioned = True
+        elif kind == "heal":
+            self.side = [0] * len(self.side)
+            self.partitioned = False
+            for j in sorted(self.rejoin_pending):
+                self._rejoin(j)
+            self.rejoin_pending.clear()
+        elif kind == "lock" and self.procs[i] is not None:
+            proc = self.procs[i]
+            view = proc.view(GROUP)
+            if view is None:
+                return
+            lock = self.fault_rng.randrange(8)
+            try:
+                if view.lock_holder(lock) == proc.pid:
+                    proc.unlock(GROUP, lock, now)
+                else:
+                    proc.lock(GROUP, lock, now)
+            except NotMember:
+                return
+            self._drain(i)
+
+    def _rejoin(self, i: int) -> None:
+        proc = self.procs[i]
+        if proc is not None and proc.view(GROUP) is None and GROUP not in proc.joining:
+            proc.join(GROUP, self.queue.now, min_partition=self.min_partition)
+            self._drain(i)
 
     def _app_send(self, i: int) -> None:
         cfg = self.config
         rng = self.work_rng
         qos = rng.choice(MIXED) if cfg.qos == "mixed" else QoS.parse(cfg.qos)
         payload = rng.randbytes(cfg.size)
-        engine = self.engines[i]
-        seq = engine.next_unreliable_seq if qos.level == 0 else engine.next_seq
-        self.checker.on_send(SentMessage(engine.pid, seq, qos, payload))
-        if qos.level != 0:
-            self.expected += cfg.members
-        engine.send(payload, qos, self.queue.now)
-        self.last_send_time = self.queue.now
-        self._drain(i)
+        proc = self.procs[i]
+        engine = proc.engines.get(GROUP) if proc is not None else None
+        if engine is not None and not engine.departed and not engine.leaving and not engine.frozen:
+            seq = engine.next_unreliable_seq if qos.level == Level.UNRELIABLE else engine.next_seq
+            self.checker.on_send(SentMessage(proc.pid, seq, qos, payload))
+            proc.send(GROUP, payload, qos, self.queue.now)
+            if qos.level != Level.UNRELIABLE:
+                self.sent.append(Sent(proc.pid, seq, id(engine), self.queue.now))
+            self._drain(i)
         self.to_send[i] -= 1
-        if self.to_send[i]:
+        if self.to_send[i] > 0:
             self.queue.push(self.queue.now + rng.expovariate(1 / cfg.send_interval), "send", i)
 
     def _drain(self, i: int) -> None:
-        """Move an engine's outputs to the network, the checker and the journal, and re-arm its timer."""
-        engine = self.engines[i]
-        for tx in engine.datagrams_to_send():
+        """Move a process's outputs to the network, the checker and the journal, and re-arm its timer."""
+        proc = self.procs[i]
+        if proc is None:
+            return
+        for tx in proc.datagrams_to_send():
             if tx.dest is None:
                 self.network.multicast(i, tx.data)
             else:
                 self.network.unicast(i, self.index[tx.dest], tx.data)
-        deliveries = [e for e in engine.events() if isinstance(e, Delivery)]
-        records = engine.journal_records()
-        if records:
-            pending = iter(deliveries)
+        events = proc.events()
+        deliveries = iter([e for e in events if isinstance(e, Delivery)])
+        records = proc.journal_records()
+        node = self._node(i)
+        for rec in records:
+            payload = next(deliveries).payload if rec["event"] == "deliver" else None
+            self.checker.on_record(node, rec, payload)
+            if rec["event"] == "view":
+                self._on_view(rec)
+            elif rec["event"] == "recovery" and rec.get("role") == "commit":
+                self.recoveries.add(rec["view"] + "/" + str(rec.get("version")))
+        if self.writer is not None and records:
             for rec in records:
-                payload = next(pending).payload if rec["event"] == "deliver" else None
-                self.checker.on_record(rec, payload)
-            if self.writer is not None:
-                for rec in records:
-                    rec["wall"] = SIM_EPOCH + rec["mono"]
-                self.writer.write(engine.pid, records)
-        if engine.q.ack_slots > self.max_ack_slots:
+                rec["wall"] = SIM_EPOCH + rec["mono"]
+            self.writer.write(proc.pid, records)
+        for event in events:
+            if isinstance(event, Left) and event.reason != "left":
+                # A minority partition stopped: come back as a new member once the partition heals.
+                self.rejoin_pending.add(i)
+                if not self.partitioned:
+                    self.queue.push(self.queue.now + 0.5, "heal", None)
+        engine = proc.engines.get(GROUP)
+        if engine is not None and engine.q.ack_slots > self.max_ack_slots:
             self.max_ack_slots = engine.q.ack_slots
-        deadline = engine.get_timer()
+        deadline = proc.get_timer()
         if deadline != self.timer_at[i]:
             self.timer_at[i] = deadline
             self.timer_version[i] += 1
             if deadline is not None:
                 self.queue.push(max(deadline, self.queue.now), "timer", (i, self.timer_version[i]))
+
+    def _on_view(self, rec: dict[str, Any]) -> None:
+        self.views.add(rec["view"])
+        members = set(rec["members"])
+        for pid, at in list(self.crashed_at.items()):
+            if pid not in members:
+                self.detections.append(self.queue.now - at)
+                del self.crashed_at[pid]
+
+    # --------------------------------------------------------------------------------------------------------------
+
+    def _result(self, quiescent: bool) -> SeedResult:
+        delivered, expected = self._liveness()
+        stats: Counter[str] = Counter()
+        for proc in self.procs:
+            if proc is not None:
+                stats.update(proc.stats)
+                for engine in proc.engines.values():
+                    stats.update(engine.stats)
+        stats["network_lost"] = self.network.lost
+        stats["network_duplicated"] = self.network.duplicated
+        return SeedResult(
+            seed=self.seed,
+            violations=[asdict(v) for v in self.checker.violations],
+            violation_count=self.checker.violation_count,
+            delivered=delivered,
+            expected=expected,
+            quiescent=quiescent,
+            liveness=delivered == expected,
+            sim_time=round(self.queue.now, 6),
+            datagrams=self.network.sent,
+            views_installed=len(self.views),
+            reformations=len(self.recoveries),
+            detection_seconds=round(max(self.detections, default=0.0), 3),
+            stats=dict(stats),
+            max_ack_slots=self.max_ack_slots,
+        )
+
+    def _liveness(self) -> tuple[int, int]:
+        """Deliveries owed and made among the members of the surviving view (the view most live processes hold).
+
+        Member m owes delivery of every reliable message sent by a member s of that view, from the engine s still
+        runs, after m's engine started.
+        """
+        engines: dict[str, GroupEngine] = {}
+        holders: Counter[str] = Counter()
+        for i, proc in enumerate(self.procs):
+            engine = proc.engines.get(GROUP) if proc is not None else None
+            if engine is not None and not engine.departed:
+                engines[self._node(i)] = engine
+                holders[str(engine.app_view.view_id)] += 1
+        if not holders:
+            return 0, 0
+        survivors = {node: e for node, e in engines.items() if str(e.app_view.view_id) == holders.most_common(1)[0][0]}
+        current = {e.pid: id(e) for e in survivors.values()}
+        started = {node: self._started.get(id(e), 0.0) for node, e in survivors.items()}
+        owed = [m for m in self.sent if current.get(m.src) == m.engine]
+        expected = delivered = 0
+        for node, _engine in survivors.items():
+            got = self.checker.delivered[node]
+            for m in owed:
+                if m.at > started[node]:
+                    expected += 1
+                    delivered += (m.src, m.seq) in got
+        return delivered, expected
+
+    @property
+    def _started(self) -> dict[int, float]:
+        out: dict[int, float] = {}
+        for proc in self.procs:
+            if proc is not None:
+                for engine in proc.engines.values():
+                    out[id(engine)] = engine.started_at
+        return out
 
 
 def run_seed(config: SimConfig, seed: int, journal_dir: Path | None = None,

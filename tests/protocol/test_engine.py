@@ -148,7 +148,7 @@ def test_nack_names_last_token_site_then_rotates_then_anyone() -> None:
 
 
 def test_ack_is_resent_with_backoff_until_confirmed() -> None:
-    ring = Ring(3)
+    ring = Ring(3, EngineConfig(journal=True, rto_initial=0.2, fail_retries=50))
     a = ring.pids[0]
     ring.drop = lambda src, dst, p: dst == a and not isinstance(p, Data)
     ring.send(1, b"x")

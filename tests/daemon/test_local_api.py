@@ -15,6 +15,7 @@ import msgpack
 
 from rmpd.daemon.frames import HEADER, encode_frame
 
+from .conftest import FAST_JOIN
 from .harness import RMP, wait_for
 
 
@@ -160,7 +161,7 @@ def test_handler_locks_belong_to_the_client_that_took_them(daemons) -> None:
 
 def test_a_client_that_reads_too_slowly_is_cut_off_as_slow_consumer(daemons, tmp_path) -> None:
     config = tmp_path / "small-queue.toml"
-    config.write_text("client_queue = 50\n")
+    config.write_text("client_queue = 50\n" + FAST_JOIN)
     d = daemons(config=config)
     d.rmp("join", "flood")
     slow = RawClient(d.socket)

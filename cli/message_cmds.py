@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 from typing import Annotated, Any
 
+import trio
 import typer
 
 import rmpd
@@ -24,9 +25,7 @@ def _qos(value: str) -> str:
     return value
 
 
-def _payloads(message: str | None, stdin: bool, count: int, size: int | None) -> list[bytes]:
-    if stdin:
-        return [line.rstrip(b"\n") for line in sys.stdin.buffer]
+def _payloads(message: str | None, count: int, size: int | None) -> list[bytes]:
     if message is None and size is None:
         raise typer.BadParameter("give MESSAGE, --stdin, or --size", param_hint="MESSAGE")
     out = []
@@ -52,12 +51,16 @@ def send(
     json_out: Annotated[bool, JsonOption] = False,
 ) -> None:
     """Multicast messages to GROUP through the local daemon (joining it for the duration if needed)."""
-    payloads = _payloads(message, stdin, count, size)
+    payloads = [] if stdin else _payloads(message, count, size)
     level = QoS.parse(qos)
 
     async def body(client: Client) -> list[int]:
         group_handle = await client.join(group)
-        seqs = [await group_handle.send(p, qos=level, handler=handler) for p in payloads]
+        if stdin:  # each line goes out as it is read, so `tail -f log | rmp send G --stdin` streams
+            seqs = [await group_handle.send(line.rstrip(b"\n"), qos=level, handler=handler)
+                    async for line in trio.wrap_file(sys.stdin.buffer)]
+        else:
+            seqs = [await group_handle.send(p, qos=level, handler=handler) for p in payloads]
         await group_handle.leave()
         return seqs
 

@@ -1,0 +1,76 @@
+"""Configuration: the shipped TOML and unit file are valid, flags override the file, mistakes are one clear line."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from rmpd.daemon.config import ConfigError, DaemonConfig, load_config
+
+from .harness import RMPD
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_the_shipped_config_loads_and_flags_override_it() -> None:
+    config = load_config(ROOT / "systemd" / "rmpd.toml", {"port": 7100, "interface": None})
+    assert config.interface == "eth0" and config.port == 7100
+    assert config.socket == Path("/run/rmpd/rmpd.sock")
+    engine = config.engine_config()
+    assert engine.join_retries == 4 and engine.null_ack_interval == 1.0 and not engine.journal
+
+
+@pytest.mark.parametrize(("text", "overrides", "message"), [
+    ("colour = 'blue'\n", {}, "unknown key"),
+    ("port = 70000\n", {}, "port"),
+    ("[timers]\nnull_ack_interval = -1\n", {}, "non-negative"),
+    ("[timers]\nwarp = 1\n", {}, "unknown timer"),
+    ("interface = 'lo'\n", {"bind": "127.0.0.1"}, "either interface or bind"),
+    ("bind = 'not-an-ip'\n", {}, "IPv4"),
+    ("address_range = '10.0.0.0/8'\n", {}, "multicast"),
+    ("port = \n", {}, "rmpd.toml"),
+])
+def test_bad_configs_are_refused_with_a_reason(tmp_path: Path, text: str, overrides: dict, message: str) -> None:
+    path = tmp_path / "rmpd.toml"
+    path.write_text(text)
+    with pytest.raises(ConfigError, match=message):
+        load_config(path, overrides)
+
+
+def test_defaults_are_loopback_and_a_per_user_socket(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))
+    config = DaemonConfig()
+    assert config.address().startswith("127.")
+    assert config.socket_path() == tmp_path / "rmpd.sock"
+
+
+def test_rmpd_says_where_it_serves_and_refuses_a_bad_interface_in_one_line(tmp_path: Path) -> None:
+    result = subprocess.run([RMPD, "--interface", "no-such-if0"], capture_output=True, text=True, timeout=30)
+    assert result.returncode == 2
+    assert len(result.stderr.strip().splitlines()) == 1 and "no-such-if0" in result.stderr
+    env = {**os.environ, "XDG_RUNTIME_DIR": str(tmp_path)}
+    proc = subprocess.Popen([RMPD, "--port", "0"], stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        assert proc.stderr is not None
+        line = proc.stderr.readline()
+        assert "127.0.0.1:" in line and str(tmp_path / "rmpd.sock") in line, line
+    finally:
+        proc.terminate()
+        assert proc.wait(15) == 0
+
+
+def test_the_unit_file_passes_systemd_analyze(tmp_path: Path) -> None:
+    tool = shutil.which("systemd-analyze")
+    if tool is None:
+        pytest.skip("systemd-analyze is not installed on this machine")
+    unit = (ROOT / "systemd" / "rmpd.service").read_text().replace("/usr/local/bin/rmpd", RMPD)
+    path = tmp_path / "rmpd.service"
+    path.write_text(unit)
+    result = subprocess.run([tool, "verify", str(path)], capture_output=True, text=True, timeout=60)
+    problems = [line for line in result.stderr.splitlines() if "rmpd.service" in line]
+    assert result.returncode == 0 and not problems, result.stderr
+    assert "Type=notify" in unit and "RuntimeDirectory=rmpd" in unit

@@ -172,9 +172,19 @@ class ProcessShell:
 
     async def wait_idle(self) -> None:
         """Wait until this process is in no group and joins none (after leaving them all)."""
-        while self.process.engines or self.process.joining:
+        while not self._settled():
             self._idle = trio.Event()
             await self._idle.wait()
+
+    def _settled(self) -> bool:
+        """Nothing left to do for others: every group left, or departed from a view of one.
+
+        A process that leaves a one-member group whose last New List passed the token to itself waits for a
+        confirmation nobody will send (until ``leave_linger``); there is nobody left to serve, so it counts here.
+        """
+        if self.process.joining:
+            return False
+        return all(e.departed and (e.finished or e.view.size == 1) for e in self.process.engines.values())
 
     # ------------------------------------------------------------------------------------------------------------
     # Drain: the only place outputs leave the process
@@ -198,7 +208,7 @@ class ProcessShell:
         self._deadline = math.inf if deadline is None else deadline
         if self._timer_scope is not None:
             self._timer_scope.deadline = self._deadline
-        if not process.engines and not process.joining:
+        if self._settled():
             self._idle.set()
 
     def _transmit(self, tx: Transmit) -> None:

@@ -89,3 +89,24 @@ def test_random_datagrams_at_every_port_are_counted_and_dropped(daemons) -> None
     assert d.proc.poll() is None
     assert d.members("fuzz") == [d.pid]
     d.rmp("send", "fuzz", "still alive")
+
+
+def test_a_member_that_cannot_receive_multicast_gets_unicast_copies(daemons, tmp_path: Path) -> None:
+    no_multicast = tmp_path / "no-multicast.toml"
+    no_multicast.write_text("multicast = false\n[timers]\nrequest_interval = 0.1\njoin_retries = 3\n")
+    a = daemons()
+    b = daemons(config=no_multicast)
+    a.rmp("join", "uni")
+    b.rmp("join", "uni", "--existing-only")
+    view = a.rmp_json("members", "uni")
+    assert view["members"] == [a.pid, b.pid]
+    assert a.rmp("members", "uni").stdout.count("(unicast only)") == 1
+    listener = start_listener(b, "uni", 3, tmp_path / "uni.jsonl")
+    for text, qos in (("one", "total"), ("two", "safe"), ("three", "source")):
+        a.rmp("send", "uni", text, "--qos", qos)
+    assert listener.wait(60) == 0
+    rows = [json.loads(line) for line in (tmp_path / "uni.jsonl").read_text().splitlines()]
+    assert [(r["payload"], r["qos"]) for r in rows] == [("one", "total"), ("two", "safe"), ("three", "source")]
+    counters = b.counters()
+    assert counters.get("datagrams_received_multicast", 0) == 0
+    assert counters["datagrams_received_unicast"] > 0

@@ -32,5 +32,8 @@ def daemons(tmp_path: Path, loopback_multicast: None) -> Iterator[Callable[..., 
         return daemon
 
     yield start
+    for daemon in started:  # all at once: each leaves its groups in parallel with the others
+        if daemon.proc.poll() is None:
+            daemon.proc.terminate()
     for daemon in started:
         daemon.stop()

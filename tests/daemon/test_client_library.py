@@ -72,3 +72,26 @@ async def test_connect_to_a_missing_daemon_is_one_clear_error(tmp_path) -> None:
         async with rmpd.connect(tmp_path / "nobody.sock"):
             pass
     assert exc.value.code == "no-daemon"
+
+
+async def test_every_local_client_of_a_group_gets_the_same_deliveries_in_the_same_order(daemons) -> None:
+    d = daemons()
+    d.rmp("join", "fan")
+    with trio.fail_after(60):
+        async with rmpd.connect(d.socket) as one, rmpd.connect(d.socket) as two, \
+                rmpd.Node(interface="lo", port=0) as node:
+            groups = [await one.join("fan"), await two.join("fan")]
+            sender = await node.join("fan", existing_only=True)
+            for i in range(50):
+                await sender.send(b"n%d" % i, qos=rmpd.QoS.TOTAL)
+                await groups[0].send(b"c%d" % i, qos=rmpd.QoS.TOTAL)
+            seen: list[list[tuple[bytes, int | None]]] = []
+            for group in groups:
+                got = []
+                while len(got) < 100:
+                    event = await next_delivery(group)
+                    got.append((event.payload, event.timestamp))
+                seen.append(got)
+            assert seen[0] == seen[1]
+            assert sorted(p for p, _ in seen[0]) == sorted([b"n%d" % i for i in range(50)] +
+                                                            [b"c%d" % i for i in range(50)])

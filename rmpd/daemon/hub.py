@@ -150,9 +150,9 @@ class Hub:
             self.persistent.discard(group)
             raise RequestError(errors.BAD_REQUEST, str(exc)) from None
         view = self.shell.process.view(group)
-        if view is not None:
+        if view is not None and self.shell.is_member(group):
             return {"view": str(view.view_id), "members": list(view.members)}
-        self.join_waiters[group].append((session, request.id))
+        self.join_waiters[group].append((session, request.id))  # if the daemon is leaving: joined again on Left
         return None
 
     def _op_leave(self, session: Session, request: Request) -> dict[str, Any]:
@@ -239,8 +239,9 @@ class Hub:
             members = list(event.members)
             self._fan_out(event.group, {"event": "view", "group": event.group, "view": str(event.view),
                                         "members": members, "ts": event.ts})
-            for session, rid in self.join_waiters.pop(event.group, []):
-                session.push({"id": rid, "ok": True, "view": str(event.view), "members": members})
+            if self.shell.is_member(event.group):  # not a view installed on the way out of a previous membership
+                for session, rid in self.join_waiters.pop(event.group, []):
+                    session.push({"id": rid, "ok": True, "view": str(event.view), "members": members})
             for (group, lock), owner in list(self.lock_owner.items()):
                 if group == event.group and self.shell.pid in members and owner is None:
                     self._release(group, lock)
@@ -279,6 +280,10 @@ class Hub:
 
     def _gone(self, event: Left | JoinFailed) -> None:
         group = event.group
+        if isinstance(event, Left) and self.join_waiters.get(group):
+            # Someone asked to join while the daemon was still finishing its leave: join again now.
+            self.shell.call_soon(lambda: self._rejoin(group))
+            return
         code = errors.JOIN_FAILED if isinstance(event, JoinFailed) else errors.LEFT
         for session, rid in self.join_waiters.pop(group, []):
             session.push({"id": rid, "error": code, "message": event.reason})
@@ -293,6 +298,17 @@ class Hub:
         for session in self.attached.pop(group, set()):
             session.groups.discard(group)
         self.persistent.discard(group)
+
+    def _rejoin(self, group: str) -> None:
+        """Join again for clients that asked while the daemon was on its way out of the group."""
+        waiters = self.join_waiters.get(group)
+        if not waiters or self.shutting_down:
+            return
+        try:
+            self.shell.join(group, ttl=self.shell.group_ttl.get(group))
+        except ValueError as exc:
+            for session, rid in self.join_waiters.pop(group, []):
+                session.push({"id": rid, "error": errors.JOIN_FAILED, "message": str(exc)})
 
     # ------------------------------------------------------------------------------------------------------------
 

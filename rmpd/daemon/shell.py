@@ -132,8 +132,8 @@ class ProcessShell:
         address = group_address(group, self.address_range)
         wanted = max(ttl if ttl is not None else self.default_ttl, self.group_ttl.get(group, 0))
         self.group_ttl[group] = wanted
-        if self.is_member(group) or group in self.process.joining:
-            return
+        if self.is_member(group) or group in self.process.joining or self.is_leaving(group):
+            return  # a leaving group is joined again once it is left (the owner asks on the Left event)
         self._listen(group, address)
         self.process.join(group, trio.current_time(), min_partition=min_partition, ttl=wanted,
                           existing_only=existing_only)
@@ -156,8 +156,24 @@ class ProcessShell:
         self.process.unlock(group, lock, trio.current_time())
         self.drain()
 
+    def call_soon(self, fn: Callable[[], None], delay: float = 0.0) -> None:
+        """Run ``fn`` from its own task (after ``delay`` s), outside the drain that asked for it, so events keep
+        their order."""
+        if self._nursery is not None:
+            self._nursery.start_soon(self._call, fn, delay)
+
+    @staticmethod
+    async def _call(fn: Callable[[], None], delay: float) -> None:
+        await trio.sleep(delay)
+        fn()
+
     def is_member(self, group: str) -> bool:
-        return self.process.view(group) is not None
+        """In a view of the group and not on the way out of it."""
+        return self.process.view(group) is not None and not self.is_leaving(group)
+
+    def is_leaving(self, group: str) -> bool:
+        engine = self.process.engines.get(group)
+        return engine is not None and (engine.leaving or engine.departed)
 
     def groups(self) -> list[str]:
         return sorted(set(self.process.engines) | set(self.process.joining))

@@ -24,7 +24,7 @@ from typing import Any, Protocol
 from .config import EngineConfig
 from .events import Delivery, Event, Left, LockResult, SendRefused, Transmit, ViewInstalled
 from .ids import ProcessId, ViewCounter, ViewId
-from .membership import apply_change
+from .membership import Change, apply_change
 from .orderingq import Conflict, OrderingQ, Slot, SlotKind, SlotState
 from .packets import (
     Ack,
@@ -108,6 +108,7 @@ class GroupEngine(Reformation):
         view_counter: ViewCounter | None = None,
         request_ids: Iterator[int] | None = None,
         joined_by: NewList | None = None,
+        first_unreliable_seq: int = 1,
     ) -> None:
         """Start in ``view``: either as a founding member of a view created out of band (the first member holds
         the token), or, with ``joined_by``, as a joiner admitted by that New List (which names it the next token
@@ -164,9 +165,10 @@ class GroupEngine(Reformation):
         self.pass_timer = Backoff(self.config.rto_initial, self.config.rto_max)
         self.null_deadline: float | None = None
 
-        # Sending.
-        self.next_seq = 1
-        self.next_unreliable_seq = 1
+        # Sending.  A rejoining process goes on from the sequence number its join request announced, so its new
+        # messages never collide with ones it sent as an earlier member.
+        self.next_seq = 1 + (dict(joined_by.seqs).get(pid, 0) if joined_by is not None else 0)
+        self.next_unreliable_seq = first_unreliable_seq
         self.outstanding: dict[int, Data] = {}
         self.send_queue: deque[Data] = deque()
         self.rto = Backoff(self.config.rto_initial, self.config.rto_max)
@@ -182,6 +184,7 @@ class GroupEngine(Reformation):
         # Membership changes: requests waiting for the token site, the highest request ID served per requester,
         # this process's own requests awaiting their New List, and leaving.
         self.pending_requests: dict[tuple[ProcessId, int], ListChangeRequest] = {}
+        self._source_restarts: dict[ProcessId, int] = {}
         self.requests_done: dict[ProcessId, int] = {}
         self.my_requests: dict[int, ListChangeRequest] = {}
         self._answered: dict[int, ListChangeRequest] = {}
@@ -235,7 +238,7 @@ class GroupEngine(Reformation):
             d
             for d in (
                 self.pass_timer.deadline, self.rto.deadline, self.null_deadline, self.nack_deadline,
-                self.stall_deadline, self.request_timer.deadline, self.recovery_deadline(),
+                self.stall_deadline, self.request_timer.deadline, self.recovery_deadline(), self._linger_deadline(),
             )
             if d is not None
         ]
@@ -334,16 +337,16 @@ class GroupEngine(Reformation):
     def _note_unknown_view(self, src: ProcessId, now: float) -> None:
         """A member speaks in a view we have not seen: we missed a New List.  Ask that member for what follows."""
         self.stats["unknown_view_hints"] += 1
-        self._hint_target = src
-        soon = now + self.config.nack_delay
-        if self.stall_deadline is None or self.stall_deadline > soon + self.config.nack_timeout:
-            self.stall_deadline = soon
+        if self.stall_deadline is None and not self.frozen:
+            self._hint_target = src
+            self.stall_deadline = now + self.config.nack_delay
 
     def handle_timer(self, now: float) -> None:
         """Run whatever is due at ``now``."""
         self._recovery_timer(now)
         if self.pass_timer.expired(now) and self.pass_pending is not None:
-            if self.pass_timer.retries >= self.config.fail_retries and not self.departed:
+            if self.pass_timer.retries >= self.config.fail_retries:
+                self.pass_timer.stop()
                 self.suspect_failure(now, "token_pass")
             else:
                 self.stats["ack_retransmits"] += 1
@@ -352,6 +355,7 @@ class GroupEngine(Reformation):
                 self.pass_timer.back_off(now)
         if self.rto.expired(now):
             if self.rto.retries >= self.config.fail_retries:
+                self.rto.stop()
                 self.suspect_failure(now, "data")
             else:
                 self._retransmit_own(now)
@@ -365,11 +369,13 @@ class GroupEngine(Reformation):
             self._send_nack(now, tail=False)
         if self.stall_deadline is not None and now >= self.stall_deadline:
             if self.stall_tries >= 3:
+                self.stall_deadline = None
                 self.suspect_failure(now, "stall")
             else:
                 self._send_nack(now, tail=True)
         if self.request_timer.expired(now):
             if self.request_timer.retries >= self.config.fail_retries:
+                self.request_timer.stop()
                 self.suspect_failure(now, "request")
             else:
                 self._resend_requests(now)
@@ -510,7 +516,7 @@ class GroupEngine(Reformation):
                     request.op != "join" and request.src not in self.view):
                 del self.pending_requests[key]
                 continue
-            change = apply_change(self.view, request, self.pid)
+            change = self._apply_change(request)
             view_id = self.view.view_id
             if change.changed:
                 fresh = self.view_counter.next_view_id(now)
@@ -530,10 +536,13 @@ class GroupEngine(Reformation):
                                  in members)
             done = dict(self.requests_done)
             done[request.src] = request.request_id
+            seqs = dict(self.ordered_upto)
+            if request.op == "join" and change.changed:
+                seqs[request.src] = request.arg or 0  # a (re)joiner's messages start after this
             nl = NewList(
                 self.view.view_id, self.pid, self.q.high + 1, next_site, self.group, view_id,
                 tuple((m, m not in change.unicast_only) for m in members),
-                tuple(self.ordered_upto.items()), tuple(done.items()), change.locks, change.min_partition,
+                tuple(seqs.items()), tuple(done.items()), change.locks, change.min_partition,
                 request.src, request.request_id, change.granted, None,
             )
             self.have_token = False
@@ -549,6 +558,10 @@ class GroupEngine(Reformation):
             self._on_new_list(nl, now)
             return True
         return False
+
+    def _apply_change(self, request: ListChangeRequest) -> Change:
+        """The membership rules (membership.py) applied to the current view at this token site."""
+        return apply_change(self.view, request, self.pid)
 
     def _on_new_list(self, nl: NewList, now: float) -> None:
         q = self.q
@@ -575,11 +588,13 @@ class GroupEngine(Reformation):
                         frozenset(m for m, capable in nl.members if not capable), nl.locks, nl.min_partition)
         self.known_views[nl.new_view] = new_view
         if nl.ts > self.latest_ack_ts:
+            announced = dict(nl.seqs)
             for m in new_view.members:
                 if m not in self.view:
                     self.member_since[m] = nl.ts
                     if m != self.pid:
                         self.holds.setdefault(m, nl.ts)
+                        self._restart_source(m, announced.get(m, 0))
             for m in self.view.members:
                 if m not in new_view:
                     self.holds.pop(m, None)
@@ -587,9 +602,31 @@ class GroupEngine(Reformation):
             self.view_sizes.append((nl.ts, new_view.size))
         self._token_moved(nl.src, nl.ts, nl.ts, nl.next_site, 0)
 
+    def _restart_source(self, member: ProcessId, base: int) -> None:
+        """A process (re)joins: order its messages from ``base``+1 on, forgetting any older ones still unordered.
+        Delivery restarts there when the New List is delivered (see _commit_view)."""
+        self.ordered_upto[member] = base
+        pending = self.unordered.get(member)
+        if pending:
+            for seq in [s for s in pending if s <= base]:
+                pending.discard(seq)
+                self.data.pop((member, seq), None)
+            if not pending:
+                del self.unordered[member]
+        self._source_restarts[member] = base
+
     def _commit_view(self, nl: NewList, now: float) -> None:
         """The New List is delivered: the application sees the view change here, in order."""
         view = self.known_views[nl.new_view]
+        for member, _ in nl.members:
+            base = self._source_restarts.pop(member, None)
+            if base is not None:
+                self.src_next[member] = base + 1
+                ahead = {s for s in self.src_ahead.get(member, ()) if s > base}
+                self.src_ahead[member] = ahead
+                while self.src_next[member] in ahead:
+                    ahead.discard(self.src_next[member])
+                    self.src_next[member] += 1
         if nl.new_view != self.app_view.view_id:
             self.app_view = view
             self._events.append(ViewInstalled(self.group, view.view_id, view.members, nl.ts))
@@ -679,11 +716,17 @@ class GroupEngine(Reformation):
             self._on_nack(packet, now)
         self._check_finished(now)
 
+    def _linger_deadline(self) -> float | None:
+        if self.departed_at is None or self.finished:
+            return None
+        return self.departed_at + self.config.leave_linger
+
     def _check_finished(self, now: float) -> None:
         if self.finished:
             return
         stable = all(self.holds.get(m, -1) >= self.q.high for m in self.view.members if m != self.pid)
-        lingered = self.departed_at is not None and now - self.departed_at >= self.config.leave_linger
+        linger_end = self._linger_deadline()
+        lingered = linger_end is not None and now >= linger_end
         if (stable and self.pass_pending is None) or lingered:
             self.finished = True
             self.pass_timer.stop()
@@ -820,24 +863,30 @@ class GroupEngine(Reformation):
         self._multicast(nack, now)
 
     def _on_nack(self, nack: Nack, now: float) -> None:
+        """Resend what a NACK asks for.  A NACK naming this process is answered by multicast (others likely lack the
+        same packets); a tail NACK, or one naming no one (which every holder answers), only to the requester."""
         if nack.target is not None and nack.target != self.pid:
             return
         self.stats["nacks_answered"] += 1
         resend: list[int] = list(nack.missing)
         if nack.tail:
-            start = max(nack.known + 1, self.q.base)
+            start = max(nack.upto + 1, self.q.base)
             resend.extend(range(start, min(self.q.high, start + self.config.nack_response_limit - 1) + 1))
+        packets: list[Packet] = []
         for ts in resend:
             slot = self.q.get(ts)
             if slot is None or not slot.have:
                 continue
             if slot.kind is SlotKind.ACK or isinstance(slot.packet, NewList):
-                self._multicast(slot.packet, now)  # type: ignore[arg-type]
+                packets.append(slot.packet)  # type: ignore[arg-type]
             elif slot.kind is SlotKind.DATA and slot.key is not None:
-                self._multicast(self.data[slot.key], now)
-        for key in nack.data:
-            packet = self.data.get(key)
-            if packet is not None:
+                packets.append(self.data[slot.key])
+        packets.extend(self.data[key] for key in nack.data if key in self.data)
+        privately = nack.tail or nack.target is None
+        for packet in packets:
+            if privately:
+                self._unicast(nack.src, packet, now)
+            else:
                 self._multicast(packet, now)
 
     # ------------------------------------------------------------------------------------------------------------
@@ -872,7 +921,7 @@ class GroupEngine(Reformation):
         if self.config.journal:
             self._record(
                 "deliver", now, ts=ts, src=packet.src, seq=packet.seq, qos=packet.qos.name(),
-                size=len(packet.payload), holders=holders,
+                size=len(packet.payload), holders=holders, order_view=str(self.view.view_id),
             )
 
     def _deliver_source_chain(self, src: ProcessId, now: float) -> None:
@@ -959,6 +1008,8 @@ class GroupEngine(Reformation):
             if self.null_deadline is None:
                 self._schedule_null(now)
             break
+        if self.departed:
+            return
         self._free_stable()
         # NACK holes; the first NACK waits a little so reordering alone does not cause one.
         if q.contig < q.high:
@@ -987,7 +1038,7 @@ class GroupEngine(Reformation):
         """Send to the group: one multicast, plus a unicast copy to each member that cannot receive multicast."""
         data = encode(packet)
         self._datagrams.append(Transmit(None, data, self.group))
-        for member in self.view.unicast_only:
+        for member in sorted(self.view.unicast_only):
             if member != self.pid:
                 self._datagrams.append(Transmit(member, data, self.group))
         self.stats["sent"] += 1

@@ -51,6 +51,9 @@ class RmpProcess:
         self._request_ids = itertools.count(wall_ms * 1000 + 1)
         """Request IDs start from the wall clock, so a restarted process never reuses one of its old IDs."""
         self.engines: dict[str, GroupEngine] = {}
+        self._last_seqs: dict[str, tuple[int, int]] = {}
+        """Per group, the last (reliable, unreliable) sequence numbers used by an earlier membership: a rejoin goes
+        on from there, so old and new messages never share an identity."""
         self.joining: dict[str, JoinAttempt] = {}
         self.stats: Counter[str] = Counter()
         self._datagrams: list[Transmit] = []
@@ -65,7 +68,8 @@ class RmpProcess:
         """Start joining ``group``; a ViewInstalled event (or JoinFailed) follows."""
         if group in self.engines or group in self.joining:
             return
-        request = ListChangeRequest(group, None, self.pid, self._next_request_id(), "join", None,
+        last_seq = self._last_seqs.get(group, (0, 0))[0]
+        request = ListChangeRequest(group, None, self.pid, self._next_request_id(), "join", last_seq,
                                     self.multicast_capable, min_partition, ttl)
         attempt = JoinAttempt(request, Backoff(self.config.request_interval, self.config.rto_max), existing_only)
         self.joining[group] = attempt
@@ -216,7 +220,9 @@ class RmpProcess:
         self._install(nl.group, view, now, joined_by=nl)
 
     def _install(self, group: str, view: View, now: float, joined_by: NewList | None = None) -> GroupEngine:
-        engine = self.engine_factory(pid=self.pid, group=group, view=view, config=self.config, rng=self.rng, now=now,
+        _, last_unreliable = self._last_seqs.get(group, (0, 0))
+        engine = self.engine_factory(pid=self.pid, first_unreliable_seq=last_unreliable + 1,
+                                      group=group, view=view, config=self.config, rng=self.rng, now=now,
                              view_counter=self.view_counter, request_ids=self._request_ids,
                              joined_by=joined_by)
         self.engines[group] = engine
@@ -231,6 +237,7 @@ class RmpProcess:
             self._events.extend(events)
             self._journal.extend(engine.journal_records())
             if engine.finished or any(isinstance(e, Left) for e in events):
+                self._last_seqs[group] = (engine.next_seq - 1, engine.next_unreliable_seq - 1)
                 del self.engines[group]
         del now
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from .events import Left
 from .ids import ProcessId
 from .packets import (
     NewList,
@@ -29,6 +30,8 @@ from .packets import (
     RecoveryVote,
 )
 
+SUPERSEDED = "superseded"
+"""Reason a member gives when it rejects a reformation because it has seen a higher one."""
 MIN_PARTITION_MAJORITY = 0
 """``min_partition`` value meaning: a majority of the old view must remain."""
 MIN_PARTITION_ALL = 0xFFFF
@@ -111,6 +114,10 @@ class Reformation:
         """Retries ran out: someone is gone.  Start a reformation unless one is already running."""
         if self.frozen or self.departed:
             return
+        if self.pid not in self.view:
+            # A New List removing us is ordered (we asked to leave); what we sent is ordered too.  Go.
+            self._depart(now)
+            return
         self.stats["failures_suspected"] += 1
         self.stats["suspected_" + why] += 1
         self._start_reformation(now)
@@ -118,7 +125,7 @@ class Reformation:
     def sync_point(self) -> SyncPoint:
         seqs: dict[ProcessId, int] = {}
         sources = set(self.src_next) | set(self.ordered_upto) | {src for src, _ in self.data}
-        for src in sources:
+        for src in sorted(sources):  # sorted: set order of strings changes from run to run
             seq = self.src_next.get(src, 1) - 1
             while (src, seq + 1) in self.data:
                 seq += 1
@@ -198,7 +205,7 @@ class Reformation:
         init = self.initiation
         assert init is not None
         old = self.view
-        needed = required_partition(old.min_partition, old.size)
+        needed = self._minimum_partition()
         if len(synced) < needed:
             self._abort_initiation(now, f"partition of {len(synced)} is below the minimum of {needed}")
             self._stop_minority(now, len(synced), needed)
@@ -222,6 +229,10 @@ class Reformation:
             return
         self._multicast(init.new_list, now)
 
+    def _minimum_partition(self) -> int:
+        """How many members of the old view a new view needs (the group's ``min_partition`` rule)."""
+        return required_partition(self.view.min_partition, self.view.size)
+
     def _abort_initiation(self, now: float, reason: str) -> None:
         init = self.initiation
         assert init is not None
@@ -239,6 +250,10 @@ class Reformation:
         self.stats["minority_stops"] += 1
         self.restart_deadline = None
         self._depart(now, reason=f"partition of {size} below the minimum of {needed}")
+        if not self.finished:  # nobody will ask a stopped minority for anything: no need to linger
+            self.finished = True
+            self.pass_timer.stop()
+            self._events.append(Left(self.group, self.depart_reason))
 
     def _catch_up(self, target: SyncPoint, now: float) -> None:
         """NACK, to anyone, whatever separates this member from ``target``."""
@@ -280,7 +295,7 @@ class Reformation:
             return
         key = (start.version, start.src)
         if key < self.version_seen:
-            self._unicast(start.src, RecoveryAbort(self.view.view_id, self.pid, start.version, "superseded"), now)
+            self._unicast(start.src, RecoveryAbort(self.view.view_id, self.pid, start.version, SUPERSEDED), now)
             return
         if key > self.version_seen:
             if self.initiation is not None:
@@ -320,7 +335,7 @@ class Reformation:
             self.participation = None
             self._schedule_restart(now)
         init = self.initiation
-        if init is not None and abort.version == init.version and abort.src != self.pid:
+        if init is not None and abort.version == init.version and abort.reason == SUPERSEDED:
             self._abort_initiation(now, "a member saw a higher reformation")
 
     def _recovery_timer(self, now: float) -> None:
@@ -360,7 +375,8 @@ class Reformation:
         for member in self.holds:
             self.holds[member] = max(self.holds[member], nl.ts)
         self.view_sizes = [(nl.ts, len(nl.members))]
-        self._record("recovery", now, version=nl.request_id, role="commit", members=[m for m, _ in nl.members])
+        self._record("recovery", now, version=nl.request_id, role="commit", members=[m for m, _ in nl.members],
+                     new_view=str(nl.new_view))
         if initiator:
             self.have_token = True
             self.accepted_ts = nl.ts

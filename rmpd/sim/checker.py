@@ -63,6 +63,8 @@ class InvariantChecker:
         self.views_of: dict[str, list[str]] = defaultdict(list)
         self.locks_of_view: dict[str, dict[int, str]] = {}
         self.token_checked: dict[str, int] = {}
+        self.reformed: dict[str, tuple[str, ...]] = {}
+        """Views made by a reformation, with their members: all they hold up to the sync point is stable."""
 
     def fail(self, invariant: str, detail: str) -> None:
         self.violation_count += 1
@@ -91,6 +93,8 @@ class InvariantChecker:
             self._on_token(node, rec)
         elif event == "view":
             self._on_view(node, rec)
+        elif event == "recovery" and rec.get("role") == "commit":
+            self.reformed[rec["new_view"]] = tuple(rec["members"])
 
     def _on_ack(self, node: str, rec: dict[str, Any]) -> None:
         view, ts = rec["view"], rec["ts"]
@@ -177,8 +181,11 @@ class InvariantChecker:
                 self.fail("resilient-order", f"{qos.name()} {src}#{seq} delivered at {first} and at {(view, ts)}")
         if qos.level >= Level.K_RESILIENT:
             members = self.view_members.get(view, ())
+            survivors = self.reformed.get(rec.get("order_view") or "")
+            if survivors is not None:  # delivered after a reformation removed members: count the survivors
+                members = survivors
             need = qos.required_holders(len(members) or 1)
-            have = len(self.holders[key])
+            have = len(self.holders[key] & set(members)) if survivors is not None else len(self.holders[key])
             if have < need:
                 self.fail("k-resilience", f"{node} delivered {src}#{seq} ({qos.name()}) held by {have} < {need}")
 

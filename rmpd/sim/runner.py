@@ -166,7 +166,11 @@ class Simulation:
         self.views: set[str] = set()
         self.recoveries: set[str] = set()
         self.max_ack_slots = 0
-        self.faults_until = config.messages * config.send_interval * 1.2 + 0.05
+        self.send_interval = config.send_interval
+        if config.membership_faults:
+            # Spread the workload over ~20 s so crashes and partitions strike while messages flow.
+            self.send_interval = max(config.send_interval, 20.0 / max(config.messages, 1))
+        self.faults_until = min(15.0, config.messages * self.send_interval * 0.75) + 0.05
         self.min_partition = MIN_PARTITION_MAJORITY if config.partition else 1
         self.rejoin_pending: set[int] = set()
 
@@ -220,13 +224,24 @@ class Simulation:
             proc.found(GROUP, view, 0.0)
             self._drain(i)
             if self.to_send[i]:
-                self.queue.push(self.work_rng.expovariate(1 / cfg.send_interval), "send", i)
+                self.queue.push(self.work_rng.expovariate(1 / self.send_interval), "send", i)
         self._schedule_faults()
         queue = self.queue
+        timed_out = False
+        same_time, last_time = 0, -1.0
         while len(queue):
             kind, payload = queue.pop()
             if queue.now > cfg.max_time:
+                timed_out = True
                 break
+            if queue.now == last_time:
+                same_time += 1
+                if same_time > 100_000:
+                    self.checker.fail("livelock", f"100000 events at simulated time {queue.now} without progress")
+                    timed_out = True
+                    break
+            else:
+                same_time, last_time = 0, queue.now
             if kind == "datagram":
                 dst, src, data = payload
                 self.network.arrived()
@@ -246,7 +261,7 @@ class Simulation:
             else:
                 self._fault(kind, payload)
         self.checker.finish()
-        quiescent = not len(queue)
+        quiescent = not len(queue) and not timed_out
         if self.writer is not None:
             self.writer.close()
         return self._result(quiescent)
@@ -270,9 +285,15 @@ class Simulation:
             self.to_send[i] = 0
             self._drain(i)
         elif kind == "partition":
-            alive = [j for j, p in enumerate(self.procs) if p is not None]
-            minority = self.fault_rng.sample(alive, self.fault_rng.randint(1, max(1, (len(alive) - 1) // 2)))
-            for j in minority:
+            # Cut off a minority small enough that the rest still holds a majority of the current view.
+            view = next((p.view(GROUP) for p in self.procs if p is not None and p.view(GROUP) is not None), None)
+            if view is None:
+                return
+            alive = [j for j, p in enumerate(self.procs) if p is not None and p.pid in view]
+            room = len(alive) - (view.size // 2 + 1)
+            if room < 1:
+                return
+            for j in self.fault_rng.sample(alive, self.fault_rng.randint(1, room)):
                 self.side[j] = 1
             self.partitioned = True
         elif kind == "heal":
@@ -318,7 +339,7 @@ class Simulation:
             self._drain(i)
         self.to_send[i] -= 1
         if self.to_send[i] > 0:
-            self.queue.push(self.queue.now + rng.expovariate(1 / cfg.send_interval), "send", i)
+            self.queue.push(self.queue.now + rng.expovariate(1 / self.send_interval), "send", i)
 
     def _drain(self, i: int) -> None:
         """Move a process's outputs to the network, the checker and the journal, and re-arm its timer."""

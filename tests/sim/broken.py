@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from rmpd.protocol.engine import GroupEngine
-from rmpd.protocol.packets import Data
+from rmpd.protocol.ids import ViewId
+from rmpd.protocol.membership import Change
+from rmpd.protocol.packets import Data, ListChangeRequest, NewList
 from rmpd.protocol.qos import Level
 
 
@@ -78,3 +81,51 @@ class CorruptsPayloads(GroupEngine):
         if packet.src != self.pid:
             packet = Data(packet.view, packet.src, packet.seq, packet.qos, packet.handler, packet.payload + b"!")
         super()._deliver(packet, ts, now, holders)
+
+
+class GrantsHeldLocks(GroupEngine):
+    """Grants a lock even while another member holds it."""
+
+    def _apply_change(self, request: ListChangeRequest) -> Change:
+        change = super()._apply_change(request)
+        if request.op == "lock" and not change.granted and request.arg is not None:
+            locks = dict(change.locks)
+            locks[request.arg] = request.src
+            return replace(change, locks=tuple(sorted(locks.items())), granted=True, changed=True)
+        return change
+
+
+class ReusesViewIds(GroupEngine):
+    """Names every view it creates with the same ID."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.view_counter = FrozenCounter(self.pid)
+
+
+class FrozenCounter:
+    def __init__(self, pid: str) -> None:
+        self.pid = pid
+
+    def next_view_id(self, now: float) -> ViewId:
+        return ViewId(self.pid, 1)
+
+
+class InstallsViewsEarly(GroupEngine):
+    """Shows a view change to the application as soon as the New List arrives, before the messages ordered
+    ahead of it: members then split deliveries at different points."""
+
+    def _on_new_list(self, nl: NewList, now: float) -> None:
+        super()._on_new_list(nl, now)
+        if nl.new_view in self.known_views and nl.request_src is not None and not self.departed:
+            view = self.known_views[nl.new_view]
+            if view.view_id != self.app_view.view_id and self.pid in view:
+                self.app_view = view
+                self._record("view", now, ts=nl.ts, members=list(view.members), locks=[], view=str(view.view_id))
+
+
+class IgnoresMinimumPartition(GroupEngine):
+    """Lets a minority partition carry on, though the group asked for a majority."""
+
+    def _minimum_partition(self) -> int:
+        return 1

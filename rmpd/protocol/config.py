@@ -43,5 +43,9 @@ class EngineConfig:
     """Reformation: rounds without progress before the initiator settles (or aborts)."""
     recovery_backoff: tuple[float, float] = (0.3, 1.5)
     """Random wait, in this range, before restarting an aborted reformation."""
+    minority_attempts: int = 3
+    """Reformations in a row that find fewer members than the minimum partition before this process stops."""
+    reformation_attempts: int = 8
+    """Failed reformations in a row (not counting ones given up for a higher one) before this process stops."""
     journal: bool = False
     """Produce journal records (docs/trace-format.md)."""

@@ -198,6 +198,8 @@ class GroupEngine(Reformation):
         self.participation = None
         self.initiation = None
         self.restart_deadline: float | None = None
+        self.minority_attempts = 0
+        self.failed_reformations = 0
         self.departed_at: float | None = None
         self.depart_reason = "left"
         self.finished = False
@@ -882,6 +884,7 @@ class GroupEngine(Reformation):
             elif slot.kind is SlotKind.DATA and slot.key is not None:
                 packets.append(self.data[slot.key])
         packets.extend(self.data[key] for key in nack.data if key in self.data)
+        del packets[self.config.nack_response_limit:]  # bounded: the requester asks again for the rest
         privately = nack.tail or nack.target is None
         for packet in packets:
             if privately:

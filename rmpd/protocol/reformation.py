@@ -31,6 +31,7 @@ from .packets import (
 )
 
 SUPERSEDED = "superseded"
+SUPERSEDED_REASON = "superseded by a higher reformation"
 """Reason a member gives when it rejects a reformation because it has seen a higher one."""
 MIN_PARTITION_MAJORITY = 0
 """``min_partition`` value meaning: a majority of the old view must remain."""
@@ -88,6 +89,7 @@ class Initiation:
     new_list: NewList | None = None
     acks: set[ProcessId] = field(default_factory=set)
     commit_rounds: int = 0
+    progress: object = None
 
 
 class Reformation:
@@ -179,13 +181,15 @@ class Reformation:
         shared = init.shared
         for point in init.votes.values():
             shared = merge(shared, point)
-        if shared != init.shared:
+        synced = [m for m in init.candidates if m in init.votes and at_least(init.votes[m], shared)]
+        progress = (shared, len(synced), len(init.votes))
+        if progress != init.progress:  # a higher sync point, or more members at it, or more voters
+            init.progress = progress
             init.shared = shared
             init.stale_rounds = 0
         else:
             init.stale_rounds += 1
         init.rounds += 1
-        synced = [m for m in init.candidates if m in init.votes and at_least(init.votes[m], shared)]
         me_synced = self.pid in synced
         if not me_synced:
             self._catch_up(shared, now)
@@ -208,8 +212,12 @@ class Reformation:
         needed = self._minimum_partition()
         if len(synced) < needed:
             self._abort_initiation(now, f"partition of {len(synced)} is below the minimum of {needed}")
-            self._stop_minority(now, len(synced), needed)
+            self.minority_attempts += 1
+            if self.minority_attempts >= self.config.minority_attempts:
+                self._stop_minority(now, len(synced), needed)
             return
+        self.minority_attempts = 0
+        self.failed_reformations = 0
         view_id = self.view_counter.next_view_id(now)
         if view_id is None:
             init.deadline = now + 0.001
@@ -239,6 +247,10 @@ class Reformation:
         self.stats["reformations_aborted"] += 1
         self._multicast(RecoveryAbort(self.view.view_id, self.pid, init.version, reason[:200]), now)
         self.initiation = None
+        self.failed_reformations += 1
+        if self.failed_reformations >= self.config.reformation_attempts and reason != SUPERSEDED_REASON:
+            self._stop(now, f"no reformation succeeded in {self.failed_reformations} attempts ({reason})")
+            return
         self._schedule_restart(now)
 
     def _schedule_restart(self, now: float) -> None:
@@ -248,9 +260,15 @@ class Reformation:
     def _stop_minority(self, now: float, size: int, needed: int) -> None:
         """A partition smaller than the group's minimum stops: it must not order anything on its own."""
         self.stats["minority_stops"] += 1
+        self._stop(now, f"partition of {size} below the minimum of {needed}")
+
+    def _stop(self, now: float, reason: str) -> None:
+        """Leave the group for good after a failure this process cannot repair; it may join again as new."""
         self.restart_deadline = None
-        self._depart(now, reason=f"partition of {size} below the minimum of {needed}")
-        if not self.finished:  # nobody will ask a stopped minority for anything: no need to linger
+        self.initiation = None
+        self.participation = None
+        self._depart(now, reason=reason)
+        if not self.finished:  # nobody will ask a stopped member for anything: no need to linger
             self.finished = True
             self.pass_timer.stop()
             self._events.append(Left(self.group, self.depart_reason))
@@ -299,7 +317,7 @@ class Reformation:
             return
         if key > self.version_seen:
             if self.initiation is not None:
-                self._abort_initiation(now, "superseded by a higher reformation")
+                self._abort_initiation(now, SUPERSEDED_REASON)
             self.version_seen = key
             self.restart_deadline = None
             self.participation = Participation(start.src, start.version, (start.sync_ts, dict(start.sync_seqs)),

@@ -130,7 +130,7 @@ class InvariantChecker:
         if any(holder not in members for holder in locks.values()):
             self.fail("lock-exclusion", f"view {view} gives a lock to a non-member: {locks}")
         previous = self.views_of[node][-1] if self.views_of[node] else None
-        if previous is not None:
+        if previous:
             before = self.locks_of_view.get(previous, {})
             for n, holder in locks.items():
                 if before.get(n) not in (None, holder) and before[n] in members:
@@ -189,6 +189,11 @@ class InvariantChecker:
             if have < need:
                 self.fail("k-resilience", f"{node} delivered {src}#{seq} ({qos.name()}) held by {have} < {need}")
 
+    def forget_views(self, node: str) -> None:
+        """The process left its group; if it joins again it is a new member, with a view history of its own."""
+        self.views_of[node].append("")
+        self.last_total.pop(node, None)
+
     # --------------------------------------------------------------------------------------------------------------
 
     def finish(self) -> None:
@@ -208,7 +213,8 @@ class InvariantChecker:
         groups: dict[tuple[str, str], list[str]] = defaultdict(list)
         for node, views in self.views_of.items():
             for a, b in itertools.pairwise(views):
-                groups[(a, b)].append(node)
+                if a and b:  # "" marks where a process left and later joined again as a new member
+                    groups[(a, b)].append(node)
         for (a, b), nodes in groups.items():
             sets = {node: frozenset(self.total_in_view.get((node, a), [])) for node in nodes}
             if len(set(sets.values())) > 1:

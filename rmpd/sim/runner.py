@@ -173,6 +173,8 @@ class Simulation:
         self.faults_until = min(15.0, config.messages * self.send_interval * 0.75) + 0.05
         self.min_partition = MIN_PARTITION_MAJORITY if config.partition else 1
         self.rejoin_pending: set[int] = set()
+        self.victims: list[int] = []
+        self.departures: list[tuple[float, str, str]] = []
 
     # --------------------------------------------------------------------------------------------------------------
 
@@ -201,7 +203,8 @@ class Simulation:
             self.queue.push(rng.uniform(0.0, window), "join", cfg.members + j)
         for i in rng.sample(initial[1:] or initial, min(cfg.leaves, max(len(initial) - 1, 0))):
             self.queue.push(rng.uniform(0.0, window), "leave", i)
-        for i in rng.sample(initial, min(cfg.crash, len(initial))):
+        self.victims = rng.sample(initial, min(cfg.crash, len(initial)))
+        for i in self.victims:
             at = rng.uniform(0.0, window)
             self.queue.push(at, "crash", i)
             self.queue.push(at + rng.uniform(2.0, 10.0), "restart", i)
@@ -289,11 +292,15 @@ class Simulation:
             view = next((p.view(GROUP) for p in self.procs if p is not None and p.view(GROUP) is not None), None)
             if view is None:
                 return
+            # Processes about to crash go to the minority side, so the crashes cannot take the majority too.
             alive = [j for j, p in enumerate(self.procs) if p is not None and p.pid in view]
-            room = len(alive) - (view.size // 2 + 1)
+            doomed = [j for j in alive if j in self.victims and self.procs[j] is not None]
+            steady = [j for j in alive if j not in doomed]
+            room = len(steady) - (view.size // 2 + 1)
             if room < 1:
                 return
-            for j in self.fault_rng.sample(alive, self.fault_rng.randint(1, room)):
+            minority = doomed + self.fault_rng.sample(steady, self.fault_rng.randint(0 if doomed else 1, room))
+            for j in minority:
                 self.side[j] = 1
             self.partitioned = True
         elif kind == "heal":
@@ -367,6 +374,9 @@ class Simulation:
                 rec["wall"] = SIM_EPOCH + rec["mono"]
             self.writer.write(proc.pid, records)
         for event in events:
+            if isinstance(event, Left):
+                self.checker.forget_views(node)  # whatever this process joins next is a new membership
+                self.departures.append((self.queue.now, node, event.reason))
             if isinstance(event, Left) and event.reason != "left":
                 # A minority partition stopped: come back as a new member once the partition heals.
                 self.rejoin_pending.add(i)

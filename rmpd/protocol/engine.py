@@ -108,6 +108,7 @@ class GroupEngine(Reformation):
         view_counter: ViewCounter | None = None,
         request_ids: Iterator[int] | None = None,
         joined_by: NewList | None = None,
+        first_seq: int = 1,
         first_unreliable_seq: int = 1,
     ) -> None:
         """Start in ``view``: either as a founding member of a view created out of band (the first member holds
@@ -167,7 +168,7 @@ class GroupEngine(Reformation):
 
         # Sending.  A rejoining process goes on from the sequence number its join request announced, so its new
         # messages never collide with ones it sent as an earlier member.
-        self.next_seq = 1 + (dict(joined_by.seqs).get(pid, 0) if joined_by is not None else 0)
+        self.next_seq = 1 + dict(joined_by.seqs).get(pid, 0) if joined_by is not None else first_seq
         self.next_unreliable_seq = first_unreliable_seq
         self.outstanding: dict[int, Data] = {}
         self.send_queue: deque[Data] = deque()
@@ -772,6 +773,13 @@ class GroupEngine(Reformation):
         others = sum(1 for m, h in self.holds.items() if h >= ts and since.get(m, 0) <= ts)
         return others + (1 if self.q.contig >= ts else 0)
 
+    def _eligible_holders(self, ts: int) -> int:
+        """Members that can still prove they hold ``ts``: this process and the others of the current view that
+        were members at ``ts``.  A member that left on its own had its messages ordered before it went, so a
+        packet is not held back waiting for it."""
+        since = self.member_since
+        return 1 + sum(1 for m in self.view.members if m != self.pid and since.get(m, 0) <= ts)
+
     def max_n(self) -> int:
         """MaxN: the largest view any packet still held was ordered in."""
         return max(size for _, size in self.view_sizes)
@@ -837,7 +845,8 @@ class GroupEngine(Reformation):
     def _nack_target(self, tries: int) -> ProcessId | None:
         if tries >= self.config.nack_rotate or self.view.size == 1:
             return None
-        target = self.view.next_after(self.last_ack_sender, tries)
+        base = next((m for m in (self.last_ack_sender, self.token_site) if m in self.view), self.view.members[0])
+        target = self.view.next_after(base, tries)
         if target == self.pid:
             target = self.view.next_after(target)
         return target if target != self.pid else None
@@ -966,7 +975,7 @@ class GroupEngine(Reformation):
                 holders = 1
             else:
                 holders = self.holders_of(slot.ts)
-                if holders < packet.qos.required_holders(size):
+                if holders < min(packet.qos.required_holders(size), self._eligible_holders(slot.ts)):
                     return
             self._deliver(packet, slot.ts, now, holders)
             self._finish(slot)

@@ -220,11 +220,12 @@ class RmpProcess:
         self._install(nl.group, view, now, joined_by=nl)
 
     def _install(self, group: str, view: View, now: float, joined_by: NewList | None = None) -> GroupEngine:
-        _, last_unreliable = self._last_seqs.get(group, (0, 0))
-        engine = self.engine_factory(pid=self.pid, first_unreliable_seq=last_unreliable + 1,
-                                      group=group, view=view, config=self.config, rng=self.rng, now=now,
-                             view_counter=self.view_counter, request_ids=self._request_ids,
-                             joined_by=joined_by)
+        last_seq, last_unreliable = self._last_seqs.get(group, (0, 0))
+        engine = self.engine_factory(
+            pid=self.pid, group=group, view=view, config=self.config, rng=self.rng, now=now,
+            view_counter=self.view_counter, request_ids=self._request_ids, joined_by=joined_by,
+            first_seq=last_seq + 1, first_unreliable_seq=last_unreliable + 1,
+        )
         self.engines[group] = engine
         engine.handle_timer(now)  # a joiner accepts the token it was named for at once
         self._collect(now)

@@ -171,7 +171,9 @@ class Simulation:
             # Spread the workload over ~20 s so crashes and partitions strike while messages flow.
             self.send_interval = max(config.send_interval, 20.0 / max(config.messages, 1))
         self.faults_until = min(15.0, config.messages * self.send_interval * 0.75) + 0.05
-        self.min_partition = MIN_PARTITION_MAJORITY if config.partition else 1
+        # With faults the group asks for a majority partition: only then do majority and safe messages keep one
+        # order when a member is cut off (an excluded member could otherwise go on alone).
+        self.min_partition = MIN_PARTITION_MAJORITY if config.membership_faults else 1
         self.rejoin_pending: set[int] = set()
         self.victims: list[int] = []
         self.departures: list[tuple[float, str, str]] = []

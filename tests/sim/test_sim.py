@@ -65,3 +65,22 @@ def test_journal_records_follow_the_trace_format(tmp_path: Path) -> None:
                 assert isinstance(rec["ts"], int)
     assert reliable_deliveries == result.delivered == result.expected
     assert {"send", "recv", "deliver", "view", "token"} <= events.keys()
+
+
+@pytest.mark.parametrize("faults", [
+    {"crash": 1}, {"joins": 2, "leaves": 1}, {"locks": True}, {"partition": True},
+    {"crash": 1, "partition": True, "joins": 1, "leaves": 1, "locks": True},
+], ids=["crash", "joins-leaves", "locks", "partition", "all"])
+def test_membership_faults_keep_every_invariant(faults: dict) -> None:
+    config = SimConfig(members=5, senders=3, messages=40, loss=0.1, qos="mixed", **faults)
+    for seed in (1, 2, 3):
+        r = run_seed(config, seed)
+        assert r.violations == [], (seed, r.violations)
+        assert r.quiescent and r.liveness, seed
+        assert r.views_installed >= 1
+
+
+def test_a_crashed_member_is_removed_within_the_papers_order_of_time() -> None:
+    config = SimConfig(members=5, senders=3, messages=60, loss=0.05, qos="total", crash=1)
+    detections = [run_seed(config, seed).detection_seconds for seed in (1, 2, 3)]
+    assert all(0 < d < 20 for d in detections), detections

@@ -1,0 +1,37 @@
+"""The checker's membership invariants can fail: each broken engine trips the one it breaks."""
+
+from __future__ import annotations
+
+import pytest
+
+from rmpd.protocol.engine import GroupEngine
+from rmpd.sim.runner import SimConfig, run_seed
+
+from . import broken
+
+CASES = [
+    ("lock-exclusion", broken.GrantsHeldLocks,
+     SimConfig(members=4, senders=2, messages=30, loss=0.05, locks=True, qos="total")),
+    ("unique-view-id", broken.ReusesViewIds,
+     SimConfig(members=4, senders=2, messages=30, loss=0.05, locks=True, joins=1, qos="total")),
+    ("virtual-synchrony", broken.InstallsViewsEarly,
+     SimConfig(members=4, senders=3, messages=30, loss=0.1, reorder=0.3, locks=True, joins=1, leaves=1, qos="total")),
+    ("resilient-order", broken.IgnoresMinimumPartition,
+     SimConfig(members=5, senders=3, messages=40, loss=0.1, partition=True, qos="majority")),
+]
+
+
+def violated(config: SimConfig, factory: type[GroupEngine], seeds: range) -> set[str]:
+    found: set[str] = set()
+    for seed in seeds:
+        found |= {v["invariant"] for v in run_seed(config, seed, engine_factory=factory).violations}
+    return found
+
+
+@pytest.mark.parametrize(("invariant", "factory", "config"), CASES, ids=[c[0] for c in CASES])
+def test_checker_catches_broken_membership(invariant: str, factory: type[GroupEngine], config: SimConfig) -> None:
+    for seed in (1, 2):
+        result = run_seed(config, seed)
+        assert result.violations == [], "the correct engine passes this workload"
+        assert result.quiescent and result.liveness
+    assert invariant in violated(config, factory, range(1, 3))

@@ -608,7 +608,7 @@ class GroupEngine(Reformation):
     def _restart_source(self, member: ProcessId, base: int) -> None:
         """A process (re)joins: order its messages from ``base``+1 on, forgetting any older ones still unordered.
         Delivery restarts there when the New List is delivered (see _commit_view)."""
-        self.ordered_upto[member] = base
+        self.ordered_upto[member] = max(self.ordered_upto.get(member, 0), base)
         pending = self.unordered.get(member)
         if pending:
             for seq in [s for s in pending if s <= base]:
@@ -623,8 +623,8 @@ class GroupEngine(Reformation):
         view = self.known_views[nl.new_view]
         for member, _ in nl.members:
             base = self._source_restarts.pop(member, None)
-            if base is not None:
-                self.src_next[member] = base + 1
+            if base is not None:  # messages after base may already be delivered (source order needs no ACK)
+                self.src_next[member] = max(self.src_next.get(member, 1), base + 1)
                 ahead = {s for s in self.src_ahead.get(member, ()) if s > base}
                 self.src_ahead[member] = ahead
                 while self.src_next[member] in ahead:
@@ -922,7 +922,7 @@ class GroupEngine(Reformation):
             nxt += 1
         self.src_next[src] = nxt
 
-    def _deliver(self, packet: Data, ts: int | None, now: float, holders: int) -> None:
+    def _deliver(self, packet: Data, ts: int | None, now: float, holders: int, need: int = 1) -> None:
         if packet.qos.level != Level.UNRELIABLE:
             self._mark_delivered(packet.src, packet.seq)
         self.stats["delivered"] += 1
@@ -933,7 +933,7 @@ class GroupEngine(Reformation):
         if self.config.journal:
             self._record(
                 "deliver", now, ts=ts, src=packet.src, seq=packet.seq, qos=packet.qos.name(),
-                size=len(packet.payload), holders=holders, order_view=str(self.view.view_id),
+                size=len(packet.payload), holders=holders, need=need, order_view=str(self.view.view_id),
             )
 
     def _deliver_source_chain(self, src: ProcessId, now: float) -> None:
@@ -967,6 +967,7 @@ class GroupEngine(Reformation):
                 continue
             packet = self.data[key]
             level = packet.qos.level
+            need = 1
             if level <= Level.SOURCE:
                 if self.src_next.get(key[0], 1) != key[1]:
                     return
@@ -975,9 +976,10 @@ class GroupEngine(Reformation):
                 holders = 1
             else:
                 holders = self.holders_of(slot.ts)
-                if holders < min(packet.qos.required_holders(size), self._eligible_holders(slot.ts)):
+                need = min(packet.qos.required_holders(size), self._eligible_holders(slot.ts))
+                if holders < need:
                     return
-            self._deliver(packet, slot.ts, now, holders)
+            self._deliver(packet, slot.ts, now, holders, need)
             self._finish(slot)
 
     def _finish(self, slot: Slot) -> None:

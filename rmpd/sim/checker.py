@@ -180,12 +180,16 @@ class InvariantChecker:
             if first != (view, ts):
                 self.fail("resilient-order", f"{qos.name()} {src}#{seq} delivered at {first} and at {(view, ts)}")
         if qos.level >= Level.K_RESILIENT:
-            members = self.view_members.get(view, ())
-            survivors = self.reformed.get(rec.get("order_view") or "")
-            if survivors is not None:  # delivered after a reformation removed members: count the survivors
-                members = survivors
+            # The rule is K holders among the delivery view.  When members left or were removed by a reformation
+            # before delivery (the deliverer orders in a later view), K shrinks to the members that remain, which
+            # the engine reports as ``need``; either way, that many processes must really have received it.
+            members = set(self.view_members.get(view, ()))
+            order_view = rec.get("order_view") or view
             need = qos.required_holders(len(members) or 1)
-            have = len(self.holders[key] & set(members)) if survivors is not None else len(self.holders[key])
+            if order_view != view:
+                need = min(need, rec.get("need") or need)
+                members |= set(self.view_members.get(order_view, ()) or self.reformed.get(order_view, ()))
+            have = len(self.holders[key] & members)
             if have < need:
                 self.fail("k-resilience", f"{node} delivered {src}#{seq} ({qos.name()}) held by {have} < {need}")
 

@@ -67,20 +67,20 @@ class EveryoneHoldsTheToken(GroupEngine):
 class SkipsOneMessage(GroupEngine):
     """The second member never hands the message at timestamp 5 to its application."""
 
-    def _deliver(self, packet: Data, ts: int | None, now: float, holders: int) -> None:
+    def _deliver(self, packet: Data, ts: int | None, now: float, holders: int, need: int = 1) -> None:
         if ts == 5 and self.pid == self.view.members[1]:
             self._mark_delivered(packet.src, packet.seq)
             return
-        super()._deliver(packet, ts, now, holders)
+        super()._deliver(packet, ts, now, holders, need)
 
 
 class CorruptsPayloads(GroupEngine):
     """Delivers a different payload than was sent."""
 
-    def _deliver(self, packet: Data, ts: int | None, now: float, holders: int) -> None:
+    def _deliver(self, packet: Data, ts: int | None, now: float, holders: int, need: int = 1) -> None:
         if packet.src != self.pid:
             packet = Data(packet.view, packet.src, packet.seq, packet.qos, packet.handler, packet.payload + b"!")
-        super()._deliver(packet, ts, now, holders)
+        super()._deliver(packet, ts, now, holders, need)
 
 
 class GrantsHeldLocks(GroupEngine):

@@ -63,9 +63,12 @@ class ProcessShell:
         self.port = self.sock.getsockname()[1]
         self.pid = f"{ip}:{self.port}"
         self.sender = Sender(self.sock, self.stats)
+        wall_ms = int(time.time() * 1000)
+        # A daemon restarts on the same port, so the same process ID: start sequence numbers from the clock so
+        # the new incarnation's messages never look like duplicates of the old one's.
         self.process = RmpProcess(pid=self.pid, config=engine_config or EngineConfig(), rng=random.Random(),
-                                  now=trio.current_time(), wall_ms=int(time.time() * 1000),
-                                  multicast_capable=multicast)
+                                  now=trio.current_time(), wall_ms=wall_ms, multicast_capable=multicast,
+                                  seq_base=wall_ms * 1000)
         self.on_event: Callable[[Event], None] = lambda event: None
         self.group_ttl: dict[str, int] = {}
         self.listeners: dict[tuple[str, int], Listener] = {}

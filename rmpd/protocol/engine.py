@@ -211,6 +211,10 @@ class GroupEngine(Reformation):
             self.requests_done.update(joined_by.done)
             self.q.place_control(start_ts, SlotKind.VIEW, joined_by)
         else:
+            # A founder whose numbering does not start at 1 (a daemon numbers from its start time) says so in the
+            # group's first order, or its first message would wait forever behind sequence numbers never sent.
+            self.ordered_upto[pid] = first_seq - 1
+            self.src_next[pid] = first_seq
             self.q.place_control(start_ts, SlotKind.VIEW, ("initial", view.view_id))
         first_slot = self.q.get(start_ts)
         assert first_slot is not None

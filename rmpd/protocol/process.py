@@ -41,7 +41,10 @@ class NotMember(Exception):
 class RmpProcess:
     def __init__(self, *, pid: ProcessId, config: EngineConfig | None = None, rng: Rng, now: float,
                  wall_ms: int, multicast_capable: bool = True,
-                 engine_factory: type[GroupEngine] = GroupEngine) -> None:
+                 engine_factory: type[GroupEngine] = GroupEngine, seq_base: int = 0) -> None:
+        """``seq_base``: where sequence numbers start in a group this process has not been in before.  A process
+        that may restart under the same process ID (a daemon on a fixed port) passes its start time in ms times
+        1000, so a restarted incarnation's messages always number above the ones it sent before."""
         self.pid = pid
         self.engine_factory = engine_factory
         self.config = config or EngineConfig()
@@ -52,6 +55,7 @@ class RmpProcess:
         """Request IDs start from the wall clock, so a restarted process never reuses one of its old IDs."""
         self.engines: dict[str, GroupEngine] = {}
         self._last_seqs: dict[str, tuple[int, int]] = {}
+        self._seq_base = seq_base
         """Per group, the last (reliable, unreliable) sequence numbers used by an earlier membership: a rejoin goes
         on from there, so old and new messages never share an identity."""
         self.joining: dict[str, JoinAttempt] = {}
@@ -68,7 +72,7 @@ class RmpProcess:
         """Start joining ``group``; a ViewInstalled event (or JoinFailed) follows."""
         if group in self.engines or group in self.joining:
             return
-        last_seq = self._last_seqs.get(group, (0, 0))[0]
+        last_seq = self._last_seqs.get(group, (self._seq_base, self._seq_base))[0]
         request = ListChangeRequest(group, None, self.pid, self._next_request_id(), "join", last_seq,
                                     self.multicast_capable, min_partition, ttl)
         attempt = JoinAttempt(request, Backoff(self.config.request_interval, self.config.rto_max), existing_only)
@@ -220,7 +224,7 @@ class RmpProcess:
         self._install(nl.group, view, now, joined_by=nl)
 
     def _install(self, group: str, view: View, now: float, joined_by: NewList | None = None) -> GroupEngine:
-        last_seq, last_unreliable = self._last_seqs.get(group, (0, 0))
+        last_seq, last_unreliable = self._last_seqs.get(group, (self._seq_base, self._seq_base))
         engine = self.engine_factory(
             pid=self.pid, group=group, view=view, config=self.config, rng=self.rng, now=now,
             view_counter=self.view_counter, request_ids=self._request_ids, joined_by=joined_by,

@@ -1,5 +1,9 @@
 """Membership invariants: virtual synchrony, atomicity within a partition, unique view IDs.
 
+RMP gives virtual synchrony to packets of at least totally ordered QoS (paper section 3.2): unordered and
+source-ordered packets are delivered on receipt, before the token site orders them, so they may fall on either side
+of a view change at different members.  Both set invariants therefore judge totally ordered deliveries only.
+
 Both set invariants compare members that installed the same view and then the same next view: those stayed
 together through the change (one partition), so they must agree on what the view delivered.  Members that went to
 different next views (a partition) or installed no next view (a crash, or the end of the trace) are not compared.
@@ -11,7 +15,7 @@ from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 
 from .check import Check, example
-from .columns import is_reliable, member_list, qos_name
+from .columns import is_ordered, member_list, qos_name
 from .ordering import MEMBER
 from .schema import ORDER
 
@@ -29,11 +33,11 @@ def view_changes(records: DataFrame) -> DataFrame:
     )
 
 
-def _reliable_deliveries(records: DataFrame) -> DataFrame:
+def _ordered_deliveries(records: DataFrame) -> DataFrame:
     return (
         records.where(F.col("event") == "deliver")
         .withColumn("qos", qos_name(F.col("qos")))
-        .where(is_reliable(F.col("qos")))
+        .where(is_ordered(F.col("qos")))
     )
 
 
@@ -51,7 +55,7 @@ def _disagreements(changes: DataFrame, delivered: DataFrame) -> tuple[DataFrame,
 
 
 def virtual_synchrony(records: DataFrame) -> Check:
-    """``virtual-synchrony``: members installing v1 then v2 delivered the same set between the two installs.
+    """``virtual-synchrony``: members installing v1 then v2 delivered the same ordered set between the two installs.
 
     "Between" is by position in each member's journal: a delivery belongs to the last view installed before it.
     """
@@ -61,7 +65,7 @@ def virtual_synchrony(records: DataFrame) -> Check:
         .withColumn("v1", F.last(F.when(F.col("event") == "view", F.col("view")), ignorenulls=True).over(w))
         .where(F.col("event") == "deliver")
         .withColumn("qos", qos_name(F.col("qos")))
-        .where(is_reliable(F.col("qos")) & F.col("v1").isNotNull())
+        .where(is_ordered(F.col("qos")) & F.col("v1").isNotNull())
     )
     expected, missing = _disagreements(view_changes(records), epochs)
     return Check(
@@ -74,12 +78,12 @@ def virtual_synchrony(records: DataFrame) -> Check:
 
 
 def atomicity(records: DataFrame) -> Check:
-    """``atomicity``: a message delivered in view v1 by one member is delivered in v1 by its whole partition.
+    """``atomicity``: an ordered message delivered in view v1 by one member is delivered in v1 by its whole partition.
 
     "In v1" is by the view the delivery record names; the partition is the members that installed v1 and then the
     same next view.
     """
-    tagged = _reliable_deliveries(records).withColumnRenamed("view", "v1")
+    tagged = _ordered_deliveries(records).withColumnRenamed("view", "v1")
     expected, missing = _disagreements(view_changes(records), tagged)
     return Check(
         "atomicity",

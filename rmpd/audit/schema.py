@@ -14,7 +14,7 @@ SCHEMA_VERSION = 1
 CORRUPT = "_corrupt_record"
 """Column holding the raw text of a line that did not parse against the schema."""
 
-EVENTS = ("send", "recv", "deliver", "view", "token", "scmp")
+EVENTS = ("send", "recv", "deliver", "view", "token", "recovery", "scmp")
 
 JOURNAL_SCHEMA = T.StructType(
     [
@@ -40,8 +40,12 @@ JOURNAL_SCHEMA = T.StructType(
         # deliver
         T.StructField("size", T.LongType()),
         T.StructField("holders", T.LongType()),
+        T.StructField("need", T.LongType()),
+        T.StructField("order_view", T.StringType()),
         # token
         T.StructField("prev", T.StringType()),
+        # recovery
+        T.StructField("role", T.StringType()),
         # scmp
         T.StructField("conn", T.StringType()),
         T.StructField("msg_ts", T.LongType()),

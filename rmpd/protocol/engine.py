@@ -1096,6 +1096,8 @@ class GroupEngine(Reformation):
         elif isinstance(packet, NewList):
             fields.update(ts=packet.ts, src=packet.src, next=packet.next_site, orders=[],
                           members=[m for m, _ in packet.members], new_view=str(packet.new_view))
+        elif isinstance(packet, RecoveryVote):
+            fields.update(ts=packet.sync_ts, src=packet.src)
         else:
             ts = getattr(packet, "ts", None)
             fields.update(ts=ts, src=getattr(packet, "src", None))

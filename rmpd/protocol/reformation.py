@@ -393,8 +393,8 @@ class Reformation:
         for member in self.holds:
             self.holds[member] = max(self.holds[member], nl.ts)
         self.view_sizes = [(nl.ts, len(nl.members))]
-        self._record("recovery", now, version=nl.request_id, role="commit", members=[m for m, _ in nl.members],
-                     new_view=str(nl.new_view))
+        self._record("recovery", now, ts=nl.ts - 1, version=nl.request_id, role="commit",
+                     members=[m for m, _ in nl.members], new_view=str(nl.new_view))
         if initiator:
             self.have_token = True
             self.accepted_ts = nl.ts

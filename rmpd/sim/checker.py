@@ -58,6 +58,8 @@ class InvariantChecker:
         self.last_total: dict[str, tuple[str, int]] = {}
         self.last_source: dict[tuple[str, str], int] = {}
         self.total_in_view: dict[tuple[str, str], list[int]] = defaultdict(list)
+        self.source_in_view: dict[tuple[str, str, str], list[int]] = defaultdict(list)
+        """Per (node, view, source): sequence numbers of source-ordered-or-above messages delivered."""
         self.at_position: dict[tuple[str, int], DataKey] = {}
         self.resilient_position: dict[DataKey, tuple[str, int]] = {}
         self.views_of: dict[str, list[str]] = defaultdict(list)
@@ -100,9 +102,14 @@ class InvariantChecker:
         view, ts = rec["view"], rec["ts"]
         self.has_ack[node].add((view, ts))
         history = self.history[view]
-        history.setdefault(ts, ("ack", rec["src"]))
-        for i, (s, n, _) in enumerate(rec["orders"]):
-            history.setdefault(ts + 1 + i, ("data", (s, n)))
+        claims = [(ts, ("ack", rec["src"]))] + [(ts + 1 + i, ("data", (s, n))) for i, (s, n, _) in
+                                                 enumerate(rec["orders"])]
+        for at, claim in claims:
+            known = history.setdefault(at, claim)
+            if known != claim:
+                self.fail("one-order", f"view {view} ts {at}: an ACK from {rec['src']} orders {claim[1]}, "
+                                       f"another ordered {known[1]}")
+                return
 
     def _on_token(self, node: str, rec: dict[str, Any]) -> None:
         view, through = rec["view"], rec["ts"]
@@ -162,6 +169,7 @@ class InvariantChecker:
             if seq <= last:
                 self.fail("source-order", f"{node} delivered {src}#{seq} after {src}#{last}")
             self.last_source[(node, src)] = max(seq, last)
+            self.source_in_view[(node, view, src)].append(seq)
         if qos.level < Level.TOTAL:
             return
         if ts is None:
@@ -213,6 +221,16 @@ class InvariantChecker:
             if full[lo:hi + 1] != mine:
                 missing = sorted(set(full[lo:hi + 1]) - set(mine))
                 self.fail("total-order", f"{node} skipped totally ordered messages in view {view} at ts {missing[:5]}")
+        # Within one view, a member delivers every source-ordered message numbered between two it delivered.
+        source_ordered: dict[str, set[int]] = defaultdict(set)
+        for (src, seq, reliable), message in self.sent.items():
+            if reliable and message.qos.level >= Level.SOURCE:
+                source_ordered[src].add(seq)
+        for (node, view, src), seqs in self.source_in_view.items():
+            lo, hi = min(seqs), max(seqs)
+            skipped = sorted(n for n in source_ordered[src] - set(seqs) if lo < n < hi)
+            if skipped:
+                self.fail("source-order", f"{node} skipped {src}#{skipped[:5]} in view {view}")
         # Members that install the same two consecutive views delivered the same set in the first.
         groups: dict[tuple[str, str], list[str]] = defaultdict(list)
         for node, views in self.views_of.items():

@@ -62,17 +62,22 @@ def break_source_order(recs: Records) -> None:
 
 
 def break_virtual_synchrony(recs: Records) -> None:
-    """A delivers the last message of the first view only after installing the second (tagged still the first)."""
+    """A delivers the last ordered message of the first view only after installing the second (tagged the first)."""
     first_view = recs[0]["view"]
-    last = max(k for k, r in enumerate(recs) if r["node"] == A and r["event"] == "deliver" and r["view"] == first_view)
+    last = max(k for k, r in enumerate(recs)
+               if r["node"] == A and r["event"] == "deliver" and r["view"] == first_view and r.get("ts") is not None)
     install = next(k for k, r in enumerate(recs) if r["node"] == A and r["event"] == "view" and r["view"] != first_view)
     _move_after(recs, last, install)
 
 
 def break_atomicity(recs: Records) -> None:
-    """B tags an unordered delivery of the first view with the second view, though it is delivered in place."""
+    """B tags an ordered delivery of the first view with the second view, though it is delivered in place."""
     second_view = next(r["view"] for r in recs if r["event"] == "view" and r["view"] != recs[0]["view"])
-    i = _find(recs, B, event="deliver", qos="unordered")
+    first_view = recs[0]["view"]
+    mine = [k for k, r in enumerate(recs) if r["node"] == B and r["event"] == "deliver" and r["view"] == first_view]
+    ordered = [k for k in mine if recs[k].get("ts") is not None]
+    # The last ordered delivery, and the last of its source in the view, so total and source order stay whole.
+    i = next(k for k in reversed(ordered) if all(recs[j]["src"] != recs[k]["src"] for j in mine if j > k))
     recs[i] = recs[i] | {"view": second_view}
 
 

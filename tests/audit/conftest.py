@@ -1,4 +1,10 @@
-"""One SparkSession for the whole audit suite: local[2], few shuffle partitions, UTC."""
+"""One SparkSession for the whole audit suite: local[2], few shuffle partitions, UTC, interpreted expressions.
+
+Test traces are tiny, so almost all of an audit's time is fixed cost per query.  Compiling generated Java for every
+operator of some sixty stages dominated it (a hundred-record audit took about 18 s with code generation, 9 s
+without), so this session evaluates expressions interpreted; the results are the same by Spark's contract, and the
+standalone-cluster test keeps code generation on and compares its verdict with this session's.
+"""
 
 from __future__ import annotations
 
@@ -22,6 +28,8 @@ def spark() -> Iterator[SparkSession]:
         .config("spark.ui.showConsoleProgress", "false")
         # Test traces are tiny: planning once without adaptive re-planning is faster per query.
         .config("spark.sql.adaptive.enabled", "false")
+        .config("spark.sql.codegen.wholeStage", "false")
+        .config("spark.sql.codegen.factoryMode", "NO_CODEGEN")
         .getOrCreate()
     )
     session.sparkContext.setLogLevel("ERROR")

@@ -13,6 +13,7 @@ from typer.testing import CliRunner
 from cli.audit_cmd import audit_app
 from rmpd.audit.job import run_audit
 from rmpd.audit.read import UnreadableInput
+from rmpd.audit.schema import INVARIANTS
 
 from .cases import write_case
 
@@ -26,7 +27,12 @@ def test_clean_trace_exits_0_with_table(spark: SparkSession, tmp_path: Path) -> 
     assert result.exit_code == 0, result.output
     assert "one-order" in result.stdout and "scmp-at-most-once" in result.stdout
     assert "VIOLATED" not in result.stdout
-    assert json.loads(out.read_text())["ok"] is True
+    data = json.loads(out.read_text())
+    assert data["ok"] is True
+    assert data["records"] == 159
+    assert [i["name"] for i in data["invariants"]] == list(INVARIANTS)
+    assert all(i["checked"] > 0 for i in data["invariants"])
+    assert all(i["violations"] == 0 and i["examples"] == [] and i["holds"] for i in data["invariants"])
 
 
 def test_violation_exits_1_and_names_the_invariant(spark: SparkSession, tmp_path: Path) -> None:

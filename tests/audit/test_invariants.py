@@ -1,13 +1,11 @@
 """Every invariant, broken alone in its own hand-made trace, is named, and only it; clean traces pass.
 
 All cases are audited in one run (each case is its own group with its own view IDs, and every invariant is judged
-per group), which keeps the suite fast; each case's verdict is read back from the violations of its group.
+per group), which keeps the suite fast; each case's verdict is read back from the violations of its group.  A clean
+trace audited alone, with its JSON report, is tested through the CLI (``test_cli.py``).
 """
 
 from __future__ import annotations
-
-import json
-from pathlib import Path
 
 import pytest
 from pyspark.sql import SparkSession
@@ -64,15 +62,3 @@ def test_examples_name_the_culprit(combined: AuditReport) -> None:
 def test_clean_traces_pass(combined: AuditReport, group: str) -> None:
     assert violated_in(combined, group) == set()
 
-
-def test_clean_trace_alone_passes_and_json_report(spark: SparkSession, tmp_path: Path) -> None:
-    path = write_case(tmp_path, "clean", base=70_000)
-    report = run_audit(spark, [str(path)])
-    assert report.ok and report.exit_code == 0
-    assert report.records == 159
-    out = tmp_path / "report.json"
-    report.write_json(str(out))
-    data = json.loads(out.read_text())
-    assert data["ok"] is True
-    assert [i["name"] for i in data["invariants"]] == list(INVARIANTS)
-    assert all(i["violations"] == 0 and i["examples"] == [] for i in data["invariants"])

@@ -607,6 +607,7 @@ class GroupEngine(Reformation):
                     self.holds.pop(m, None)
             self.view = new_view
             self.view_sizes.append((nl.ts, new_view.size))
+        self._ask_again_if_lost(now)
         self._token_moved(nl.src, nl.ts, nl.ts, nl.next_site, 0)
 
     def _restart_source(self, member: ProcessId, base: int) -> None:
@@ -651,6 +652,11 @@ class GroupEngine(Reformation):
 
     def request_change(self, op: str, arg: int | None, now: float) -> int:
         """Ask the token site for a view change (leave, lock, unlock); the answer comes back in order."""
+        request_id = self._issue_request(op, arg, now)
+        self._progress(now)
+        return request_id
+
+    def _issue_request(self, op: str, arg: int | None, now: float) -> int:
         request_id = next(self.request_ids)
         request = ListChangeRequest(self.group, self.view.view_id, self.pid, request_id, op, arg, True, 1, 1)
         self.my_requests[request_id] = request
@@ -659,8 +665,29 @@ class GroupEngine(Reformation):
             self.request_timer.start(now)
         self._multicast(request, now)
         self._on_request(request, now)
-        self._progress(now)
         return request_id
+
+    def _ask_again_if_lost(self, now: float) -> None:
+        """Ask again, under a fresh number, for every change of ours that no New List will ever answer.
+
+        A token site takes every request numbered at or below the highest it served from a process as done, so a
+        request overtaken by a later one (lost, then resent after the later one was served) would be skipped; and a
+        New List that answered us can be dropped by a reformation (it lay beyond the sync point).  Either way the
+        request is neither waiting in ``my_requests`` under a live number nor answered by a New List in the
+        OrderingQ.
+        """
+        if self.departed:
+            return
+        placed = {slot.packet.request_id for slot in self.q.slots.values()
+                  if isinstance(slot.packet, NewList) and slot.packet.request_src == self.pid}
+        done = self.requests_done.get(self.pid, 0)
+        lost = [request for request_id, request in self._answered.items()
+                if request_id not in placed and (request_id not in self.my_requests or request_id <= done)]
+        for request in lost:
+            del self._answered[request.request_id]
+            self.my_requests.pop(request.request_id, None)
+            self.stats["requests_reissued"] += 1
+            self._issue_request(request.op, request.arg, now)
 
     def lock(self, lock: int, now: float) -> int:
         return self.request_change("lock", lock, now)

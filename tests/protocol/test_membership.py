@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from rmpd.protocol.events import Delivery, JoinFailed, Left, LockResult, ViewInstalled
-from rmpd.protocol.packets import NewList
+from rmpd.protocol.packets import ListChangeRequest, NewList
 
 from .net import Net
 
@@ -98,6 +98,24 @@ def test_locks_are_granted_once_and_released() -> None:
     net.advance(2.0)
     assert [(r.lock, r.op, r.granted) for r in net.of_type(2, LockResult)] == [(0, "lock", False), (0, "lock", True)]
     assert all(net[i].view("g").lock_holder(0) == net.pids[2] for i in range(3))
+
+
+def test_request_overtaken_by_a_later_one_is_asked_again() -> None:
+    """A token site takes a process's requests numbered at or below the highest it served as done, so a lock
+    request that is lost until a later request of the same process was served must be asked again, not skipped."""
+    net = group_of(3)
+    dropping = True
+    net.drop = lambda src, dst, p: dropping and isinstance(p, ListChangeRequest) and p.arg == 3
+    net.do(1, lambda p, now: p.lock("g", 3, now))
+    net.advance(0.05)
+    net.do(1, lambda p, now: p.lock("g", 4, now))
+    net.advance(1.0)
+    assert [(r.lock, r.granted) for r in net.of_type(1, LockResult)] == [(4, True)]
+    dropping = False
+    net.advance(3.0)
+    assert sorted((r.lock, r.granted) for r in net.of_type(1, LockResult)) == [(3, True), (4, True)]
+    assert all(net[i].view("g").lock_holder(3) == net.pids[1] for i in range(3))
+    assert all(net[i].engines["g"].stats["reformations"] == 0 for i in range(3))
 
 
 def test_denied_lock_keeps_the_view_id() -> None:

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class EngineConfig:
-    rto_initial: float = 0.01
+    rto_initial: float = 0.005
     """First retransmission timeout for packets that need a positive acknowledgement (data, ACK passes)."""
     rto_max: float = 2.0
     """Exponential back-off is clamped here (RMP paper, section 4.6)."""
@@ -39,7 +39,7 @@ class EngineConfig:
     """A process that fails to answer this many retries of an acknowledged packet is declared failed."""
     recovery_interval: float = 0.2
     """Reformation: interval between Recovery Start polls and New List resends."""
-    recovery_patience: int = 10
+    recovery_patience: int = 5
     """Reformation: rounds without progress before the initiator settles (or aborts)."""
     recovery_backoff: tuple[float, float] = (0.3, 1.5)
     """Random wait, in this range, before restarting an aborted reformation."""

@@ -34,4 +34,6 @@ def test_checker_catches_broken_membership(invariant: str, factory: type[GroupEn
         result = run_seed(config, seed)
         assert result.violations == [], "the correct engine passes this workload"
         assert result.quiescent and result.liveness
-    assert invariant in violated(config, factory, range(1, 3))
+    # A partition must split the ring while majority traffic is in flight for the broken rule to show; a few seeds
+    # give the schedule room to do so.
+    assert invariant in violated(config, factory, range(1, 9))

@@ -71,7 +71,7 @@ def list_files(spark: SparkSession, paths: list[str], suffixes: tuple[str, ...] 
 
 
 def parse(spark: SparkSession, files: list[str]) -> DataFrame:
-    """Lines of ``files`` parsed against the schema, with ``file``, ``rot``, ``blk``, ``rid`` and ``blank``."""
+    """Lines of ``files`` parsed against the schema, with ``file``, ``rot``, ``fid``, ``blk``, ``rid`` and ``blank``."""
     text = spark.read.text(files)
     file = F.col("_metadata.file_path")
     return text.select(
@@ -80,10 +80,11 @@ def parse(spark: SparkSession, files: list[str]) -> DataFrame:
         ).alias("j"),
         file.alias("file"),
         F.coalesce(F.regexp_extract(file, _ROTATION, 1).try_cast("int"), F.lit(0)).alias("rot"),
+        F.xxhash64(file).alias("fid"),
         F.col("_metadata.file_block_start").alias("blk"),
         F.monotonically_increasing_id().alias("rid"),
         (F.trim("value") == "").alias("blank"),
-    ).select("j.*", "file", "rot", "blk", "rid", "blank")
+    ).select("j.*", "file", "rot", "fid", "blk", "rid", "blank")
 
 
 def problem(df: DataFrame) -> Column:
@@ -115,7 +116,7 @@ def read_journals(spark: SparkSession, paths: list[str]) -> Journals:
         )
         raw.unpersist()
         raise UnreadableInput(_local_name(row.file), line, row.why)
-    records = raw.where(~F.col("blank")).drop(CORRUPT, "blank")
+    records = raw.where(~F.col("blank")).drop(CORRUPT, "blank", "file")
     return Journals(raw, records)
 
 

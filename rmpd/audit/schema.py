@@ -54,11 +54,13 @@ JOURNAL_SCHEMA = T.StructType(
     ]
 )
 
-ORDER = ("rot", "file", "blk", "rid")
+ORDER = ("rot", "fid", "blk", "rid")
 """Columns that, in this order, sort one process's records into the order it wrote them.
 
-``rot`` is the rotation number from the file name, ``file`` the file's URI, ``blk`` the byte offset of the split the
-line was read from and ``rid`` Spark's monotonically increasing row ID, which grows along each split.
+``rot`` is the rotation number from the file name, ``fid`` a 64-bit hash of the file's URI (files of one process
+with the same rotation number are told apart, in an arbitrary but fixed order), ``blk`` the byte offset of the
+split the line was read from and ``rid`` Spark's monotonically increasing row ID, which grows along each split.
+All four are numbers, which keeps the many sorts and windows over them cheap.
 """
 
 INVARIANTS = (

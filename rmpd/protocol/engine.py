@@ -311,8 +311,10 @@ class GroupEngine(Reformation):
         view = self.known_views.get(packet.view)  # type: ignore[arg-type]
         if view is None:
             self.stats["other_view"] += 1
-            if src in self.view and not self.departed:
-                self._note_unknown_view(src, now)
+            if not self.departed:
+                witness = self.witness_of_unknown_view(packet)
+                if witness is not None:
+                    self._note_unknown_view(witness, now)
             return
         if src not in view:
             self.stats["non_member"] += 1
@@ -340,6 +342,21 @@ class GroupEngine(Reformation):
             self.stats["unhandled_" + PACKET_NAMES[type(packet).__name__]] += 1
             return
         self._progress(now)
+
+    def witness_of_unknown_view(self, packet: Packet) -> ProcessId | None:
+        """A member of our view that can tell us about the view ``packet`` is stamped with, if there is one.
+
+        The sender, when it is one of ours; otherwise the view's creator, when it is one of ours: a member that a
+        New List we missed brought in speaks in a view we do not know, and passes us the token in it, but the token
+        site that created that view holds the New List.
+        """
+        src = getattr(packet, "src", None)
+        if src in self.view:
+            return src
+        creator = packet.view.creator if packet.view is not None else None
+        if creator in self.view and creator != self.pid:
+            return creator
+        return None
 
     def _note_unknown_view(self, src: ProcessId, now: float) -> None:
         """A member speaks in a view we have not seen: we missed a New List.  Ask that member for what follows."""

@@ -148,9 +148,8 @@ class RmpProcess:
                     break
             else:
                 self.stats["other_view"] += 1
-                src = getattr(packet, "src", None)
                 for engine in self.engines.values():
-                    if src in engine.view:
+                    if engine.witness_of_unknown_view(packet) is not None:
                         engine.receive_packet(packet, now)  # the engine notes a view it has not seen yet
         self._collect(now)
 

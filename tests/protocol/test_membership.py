@@ -153,3 +153,22 @@ def test_joiner_missing_its_new_list_asks_again() -> None:
     net.advance(5.0)
     assert len(dropped) == 2
     assert net.views(1) == [tuple(net.pids)]
+
+
+def test_member_that_missed_a_new_list_learns_it_from_the_view_creator() -> None:
+    """The New List adding a fourth member is lost at the old members; the newcomer passes the token in a view they
+    do not know.  They cannot take the newcomer's word (it is not in their view) but ask the view's creator, which
+    is, and nobody is suspected of failing."""
+    net = Net(4)
+    net.do(0, lambda p, now: p.create("g", now))
+    for i in (1, 2):
+        net.do(i, lambda p, now: p.join("g", now))
+        net.advance(0.5)
+    joiner = net.pids[3]
+    net.drop = lambda src, dst, p: isinstance(p, NewList) and p.request_src == joiner and dst != joiner
+    net.do(3, lambda p, now: p.join("g", now))
+    net.advance(0.2)
+    net.drop = lambda src, dst, p: False
+    net.advance(3.0)
+    assert all(len(net[i].view("g").members) == 4 for i in range(4))
+    assert all(net[i].engines["g"].stats["reformations"] == 0 for i in range(4))

@@ -23,7 +23,8 @@ def join(
     group: Annotated[str, typer.Argument(help="Group name.")],
     ttl: Annotated[int | None, typer.Option(min=0, max=255, help="Multicast TTL this member asks for.")] = None,
     min_partition: Annotated[int | None, typer.Option(min=1, help="Smallest partition that may go on.")] = None,
-    existing_only: Annotated[bool, typer.Option(help="Fail instead of forming a new group.")] = False,
+    existing_only: Annotated[bool, typer.Option(
+        "--existing", "--existing-only", help="Join only an existing group; fail rather than form one.")] = False,
     json_out: Annotated[bool, JsonOption] = False,
 ) -> None:
     """Make the daemon join GROUP; returns once it is in a view of the group."""

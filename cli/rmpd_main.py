@@ -1,14 +1,19 @@
-"""`rmpd`: the daemon entry point.  One RMP process per host; clients reach it over a Unix socket."""
+"""`rmpd`: the daemon entry point.  One RMP process per host; clients reach it over a Unix socket.
+
+``rmpd [OPTIONS]`` runs the daemon; ``rmpd keygen FILE`` writes a group key for ``--auth-key``.
+"""
 
 from __future__ import annotations
 
 import logging
+from collections import Counter
 from pathlib import Path
 from typing import Annotated
 
 import trio
 import typer
 
+from rmpd.daemon.auth import generate_key_file
 from rmpd.daemon.config import ConfigError, load_config
 from rmpd.daemon.daemon import run_daemon
 from rmpd.daemon.server import SocketInUse
@@ -16,8 +21,9 @@ from rmpd.daemon.server import SocketInUse
 app = typer.Typer(name="rmpd", help="The RMP daemon: one RMP process per host.", add_completion=False)
 
 
-@app.command()
+@app.callback(invoke_without_command=True)
 def run(
+    ctx: typer.Context,
     config: Annotated[Path | None, typer.Option("--config", envvar="RMPD_CONFIG",
                                                 help="TOML file; flags override its keys.")] = None,
     interface: Annotated[str | None, typer.Option(help="Interface name (e.g. lo, eth0) to bind and join on.")] = None,
@@ -27,25 +33,46 @@ def run(
         "--socket", help="Unix socket for local clients [default: $XDG_RUNTIME_DIR/rmpd.sock or /tmp].")] = None,
     journal: Annotated[Path | None, typer.Option(help="Write the journal (docs/trace-format.md) into DIR.")] = None,
     log_level: Annotated[str | None, typer.Option(help="debug, info, warning or error.")] = None,
+    auth_key: Annotated[Path | None, typer.Option(
+        help="Group key file (rmpd keygen): sign every datagram, drop every one that is not signed with it.")] = None,
+    encrypt: Annotated[bool | None, typer.Option(
+        "--encrypt/--no-encrypt", help="Also encrypt datagrams (ChaCha20-Poly1305) under --auth-key.")] = None,
 ) -> None:
     """Run the daemon until SIGTERM, which leaves every group and exits 0.  With no options: loopback."""
+    if ctx.invoked_subcommand is not None:
+        return
     overrides = {"interface": interface, "bind": bind, "port": port, "socket": socket, "journal": journal,
-                 "log_level": log_level}
+                 "log_level": log_level, "auth_key": auth_key, "encrypt": encrypt}
     try:
         settings = load_config(config, overrides)
         settings.address()
+        logging.basicConfig(level=settings.log_level.upper(), format="rmpd %(levelname)s %(message)s")
+        guard = settings.guard(Counter())
     except ConfigError as exc:
         typer.echo(f"rmpd: {exc}", err=True)
         raise typer.Exit(2) from None
-    logging.basicConfig(level=settings.log_level.upper(), format="rmpd %(levelname)s %(message)s")
     try:
-        trio.run(run_daemon, settings)
+        trio.run(run_daemon, settings, guard)
     except SocketInUse as exc:
         typer.echo(f"rmpd: {exc}", err=True)
         raise typer.Exit(1) from None
     except OSError as exc:
         typer.echo(f"rmpd: cannot start: {exc}", err=True)
         raise typer.Exit(1) from None
+
+
+@app.command()
+def keygen(file: Annotated[Path, typer.Argument(help="Where to write the key (must not exist).")]) -> None:
+    """Write a fresh 32-byte group key (mode 0400).  Copy it to every host of the group; use it with --auth-key."""
+    try:
+        generate_key_file(file)
+    except FileExistsError:
+        typer.echo(f"rmpd: {file} exists; refusing to overwrite a key", err=True)
+        raise typer.Exit(1) from None
+    except OSError as exc:
+        typer.echo(f"rmpd: cannot write {file}: {exc.strerror}", err=True)
+        raise typer.Exit(1) from None
+    typer.echo(f"wrote a new group key to {file} (mode 0400)")
 
 
 def main() -> None:

@@ -24,6 +24,12 @@ def status(ctx: typer.Context, json_out: Annotated[bool, JsonOption] = False) ->
         return
     console = Console()
     console.print(f"rmpd {reply['pid']}  socket {reply['socket']}  clients {reply['clients']}", highlight=False)
+    auth = reply.get("auth") or {}
+    if auth.get("keyed"):
+        mode = "encrypted" if auth.get("encrypt") else "signed"
+        console.print(f"group traffic {mode} with key {auth['key_id']}", highlight=False)
+    for source, count in (auth.get("unverified_sources") or {}).items():
+        console.print(f"[yellow]{count} datagram(s) from {source} could not be verified[/yellow]")
     table = Table(title="groups")
     for column in ("group", "view", "members", "local clients", "persistent", "locks"):
         table.add_column(column)

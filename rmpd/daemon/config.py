@@ -12,6 +12,7 @@ import dataclasses
 import ipaddress
 import os
 import tomllib
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -21,12 +22,15 @@ import netifaces
 from rmpd.protocol.config import EngineConfig
 from rmpd.protocol.naming import DEFAULT_RANGE
 
+from .auth import AuthKeyError, DatagramGuard, load_key_file
+
 DEFAULT_PORT = 7000
 SYSTEM_SOCKET = Path("/run/rmpd/rmpd.sock")
 """Where the systemd unit (RuntimeDirectory=rmpd) puts the socket; clients look there last."""
 
 TOP_KEYS = {"interface", "bind", "port", "socket", "journal", "journal_compress", "journal_rotate_bytes",
-            "log_level", "address_range", "ttl", "multicast", "socket_mode", "client_queue", "max_frame"}
+            "log_level", "address_range", "ttl", "multicast", "socket_mode", "client_queue", "max_frame",
+            "auth_key", "auth_key_previous", "auth_rotation_window", "encrypt"}
 TIMER_KEYS = {f.name for f in dataclasses.fields(EngineConfig)} - {"journal"}
 DAEMON_TIMERS: dict[str, Any] = {"request_interval": 0.2, "join_retries": 4}
 """Where the daemon departs from the engine's defaults: a first join to a group nobody else is in forms the group
@@ -59,6 +63,13 @@ class DaemonConfig:
     client_queue: int = 10_000
     """Frames queued for one local client before it is cut off as a slow consumer."""
     max_frame: int = 1024 * 1024
+    auth_key: Path | None = None
+    """Group key file (``rmpd keygen``): every datagram sent carries a MAC, every one received must."""
+    auth_key_previous: Path | None = None
+    """During a key rotation: a second key still accepted for receiving, for ``auth_rotation_window`` seconds."""
+    auth_rotation_window: float = 3600.0
+    encrypt: bool = False
+    """Seal datagrams with ChaCha20-Poly1305 under the auth key instead of only signing them."""
     timers: dict[str, float | int] = field(default_factory=dict)
 
     def engine_config(self) -> EngineConfig:
@@ -69,6 +80,16 @@ class DaemonConfig:
         if self.bind is not None:
             return self.bind
         return interface_address(self.interface or loopback_interface())
+
+    def guard(self, stats: Counter[str]) -> DatagramGuard:
+        """The datagram guard for these settings; ConfigError when a key file cannot be used."""
+        try:
+            key = load_key_file(self.auth_key) if self.auth_key is not None else None
+            previous = load_key_file(self.auth_key_previous) if self.auth_key_previous is not None else None
+            return DatagramGuard(key, previous=previous, encrypt=self.encrypt,
+                                 rotation_window=self.auth_rotation_window, stats=stats)
+        except AuthKeyError as exc:
+            raise ConfigError(str(exc)) from None
 
     def socket_path(self) -> Path:
         return self.socket if self.socket is not None else default_socket_path()
@@ -133,7 +154,7 @@ def load_config(path: Path | None, overrides: dict[str, Any]) -> DaemonConfig:
     values.update({k: v for k, v in overrides.items() if v is not None})
     if values.get("interface") and values.get("bind"):
         raise ConfigError("give either interface or bind, not both")
-    for key in ("socket", "journal"):
+    for key in ("socket", "journal", "auth_key", "auth_key_previous"):
         if key in values:
             values[key] = Path(values[key])
     config = DaemonConfig(**values, timers=timers)
@@ -165,5 +186,13 @@ def _check(config: DaemonConfig) -> None:
             raise ConfigError(f"timer {name} must be a non-negative number, got {value!r}")
         if isinstance(value, list):
             config.timers[name] = tuple(value)
+    if not isinstance(config.encrypt, bool):
+        raise ConfigError(f"encrypt must be true or false, got {config.encrypt!r}")
+    if config.encrypt and config.auth_key is None:
+        raise ConfigError("encrypt = true needs auth_key (make one with: rmpd keygen FILE)")
+    if config.auth_key_previous is not None and config.auth_key is None:
+        raise ConfigError("auth_key_previous needs auth_key")
+    if not isinstance(config.auth_rotation_window, int | float) or config.auth_rotation_window < 0:
+        raise ConfigError(f"auth_rotation_window must be a non-negative number, got {config.auth_rotation_window!r}")
     if config.client_queue < 1 or config.max_frame < 64:
         raise ConfigError("client_queue must be >= 1 and max_frame >= 64")

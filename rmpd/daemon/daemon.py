@@ -11,10 +11,12 @@ from __future__ import annotations
 import logging
 import signal
 import sys
+from collections import Counter
 from functools import partial
 
 import trio
 
+from .auth import DatagramGuard
 from .config import DaemonConfig
 from .hub import Hub
 from .journal import FlushingJournal
@@ -29,7 +31,9 @@ LEAVE_TIMEOUT = 5.0
 """On SIGTERM, wait at most this long for the groups to commit our leave before exiting anyway."""
 
 
-async def run_daemon(config: DaemonConfig) -> None:
+async def run_daemon(config: DaemonConfig, guard: DatagramGuard | None = None) -> None:
+    """Serve until SIGTERM.  ``guard`` is ``config.guard(...)`` loaded by the caller so key errors surface before
+    anything is bound; built here when not given."""
     ip = config.address()
     journal = None
     if config.journal is not None:
@@ -37,7 +41,7 @@ async def run_daemon(config: DaemonConfig) -> None:
                                   rotate_bytes=config.journal_rotate_bytes)
     shell = ProcessShell(ip=ip, port=config.port, engine_config=config.engine_config(),
                          address_range=config.address_range, ttl=config.ttl, multicast=config.multicast,
-                         journal=journal)
+                         journal=journal, guard=guard or config.guard(Counter()))
     path = config.socket_path()
     listener = await bind_unix_listener(path, config.socket_mode)
     hub = Hub(shell, str(path))

@@ -133,7 +133,7 @@ class Hub:
         counters = self.shell.counters()
         counters.update({f"hub_{k}": v for k, v in self.stats.items()})
         return {"pid": self.shell.pid, "socket": self.socket_path, "groups": groups,
-                "clients": len(self.sessions), "counters": counters}
+                "clients": len(self.sessions), "auth": self.shell.guard.describe(), "counters": counters}
 
     def _op_join(self, session: Session, request: Request) -> dict[str, Any] | None:
         group = request.group
@@ -278,6 +278,15 @@ class Hub:
                 session.push({"id": rid, "error": errors.LOCK_DENIED,
                               "message": f"{event.op} of lock {event.lock} was refused by the group"})
 
+    def _auth_hint(self) -> str:
+        """Why a join may have gone unanswered: traffic this daemon heard but could not verify."""
+        sources = self.shell.guard.unverified_sources
+        if not sources:
+            return ""
+        keyed = "with a different auth key" if self.shell.guard.keyed else "with an auth key this daemon lacks"
+        return (f"; this daemon dropped {sum(sources.values())} datagram(s) it could not verify from "
+                f"{', '.join(sorted(sources)[:3])}: the group is probably keyed {keyed}")
+
     def _gone(self, event: Left | JoinFailed) -> None:
         group = event.group
         if isinstance(event, Left) and self.join_waiters.get(group):
@@ -285,8 +294,9 @@ class Hub:
             self.shell.call_soon(lambda: self._rejoin(group))
             return
         code = errors.JOIN_FAILED if isinstance(event, JoinFailed) else errors.LEFT
+        message = event.reason + self._auth_hint() if isinstance(event, JoinFailed) else event.reason
         for session, rid in self.join_waiters.pop(group, []):
-            session.push({"id": rid, "error": code, "message": event.reason})
+            session.push({"id": rid, "error": code, "message": message})
         for (g, lock, _op), waiters in list(self.lock_waiters.items()):
             if g == group:
                 for session, rid, _owner in waiters:

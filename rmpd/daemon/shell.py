@@ -29,6 +29,7 @@ from rmpd.protocol.naming import DEFAULT_RANGE, group_address
 from rmpd.protocol.process import RmpProcess
 from rmpd.protocol.qos import QoS
 
+from .auth import DatagramGuard
 from .journal import FlushingJournal
 from .sockets import MAX_DATAGRAM, Sender, open_multicast, open_unicast
 
@@ -52,13 +53,15 @@ class ProcessShell:
 
     def __init__(self, *, ip: str, port: int, engine_config: EngineConfig | None = None,
                  address_range: str = DEFAULT_RANGE, ttl: int = 1, multicast: bool = True,
-                 journal: FlushingJournal | None = None) -> None:
+                 journal: FlushingJournal | None = None, guard: DatagramGuard | None = None) -> None:
         self.ip = ip
         self.address_range = address_range
         self.default_ttl = ttl
         self.multicast = multicast
         self.journal = journal
         self.stats: Counter[str] = Counter()
+        self.guard = guard if guard is not None else DatagramGuard(stats=self.stats)
+        self.guard.stats = self.stats
         self.sock = open_unicast(ip, port, ttl)
         self.port = self.sock.getsockname()[1]
         self.pid = f"{ip}:{self.port}"
@@ -98,6 +101,7 @@ class ProcessShell:
                 self.journal.close()
 
     async def _receive_loop(self, sock: socket.socket, kind: str) -> None:
+        where = "{}:{}".format(*sock.getsockname()[:2])
         while True:
             await trio.lowlevel.wait_readable(sock)
             now = trio.current_time()
@@ -110,7 +114,10 @@ class ProcessShell:
                     self.stats["receive_errors"] += 1
                     break
                 self.stats[f"datagrams_received_{kind}"] += 1
-                self.process.receive_datagram(data, f"{addr[0]}:{addr[1]}", now)
+                source = f"{addr[0]}:{addr[1]}"
+                packet = self.guard.open(data, source, where)
+                if packet is not None:
+                    self.process.receive_datagram(packet, source, now)
             self.drain()
             if sock.fileno() == -1:  # the drain left the last group on this socket and closed it
                 return
@@ -236,14 +243,14 @@ class ProcessShell:
                 self.stats["transmit_without_group"] += 1
                 return
             address = group_address(tx.group, self.address_range)
-            self.sender.send(tx.data, address, self.group_ttl.get(tx.group, self.default_ttl))
+            self.sender.send(self.guard.seal(tx.data), address, self.group_ttl.get(tx.group, self.default_ttl))
             return
         try:
             address = split_process_id(tx.dest)
         except ValueError:
             self.stats["transmit_bad_dest"] += 1
             return
-        self.sender.send(tx.data, address)
+        self.sender.send(self.guard.seal(tx.data), address)
 
     # ------------------------------------------------------------------------------------------------------------
     # Multicast sockets, opened before a join (to hear the answer) and closed once the group is left
@@ -277,4 +284,5 @@ class ProcessShell:
                 del self.listeners[address]
 
     def describe(self) -> dict[str, Any]:
-        return {"pid": self.pid, "multicast": self.multicast, "address_range": self.address_range}
+        return {"pid": self.pid, "multicast": self.multicast, "address_range": self.address_range,
+                "auth": self.guard.describe()}

@@ -1,0 +1,227 @@
+"""Group keys: every datagram a keyed daemon sends carries a MAC (or is sealed with an AEAD), and every datagram it
+receives must carry a valid one, or it is dropped before the engine sees a byte of it.
+
+Anyone on the LAN can send to a multicast address, and RMP itself trusts whatever names the right view.  This layer
+sits between the sockets and the sans-IO process, so the engine stays unaware of keys and the simulator keeps
+running the same engine.  Two sealed forms, both starting with a 2-byte tag and a 4-byte key ID so a receiver knows
+at once which of its keys (current, or the previous one during a rotation) to try:
+
+``b"RA" kid packet mac``
+    keyed BLAKE2b-128 over everything before the MAC.  Bodies stay readable (tcpdump, ``rmp audit --pcap``).
+``b"RE" kid nonce ciphertext``
+    ChaCha20-Poly1305 with a random 96-bit nonce; the 6 leading bytes are its associated data.
+
+The MAC and encryption keys are derived from the one 32-byte key file with BLAKE2b under distinct personalisations,
+so one secret serves both without a key being used for two purposes.  A daemon with no key passes plain packets
+through but counts (and reports) sealed traffic it cannot verify: that is how an operator learns that a group on
+this address wants a key this host lacks.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import logging
+import os
+import secrets
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger("rmpd")
+
+KEY_BYTES = 32
+KID_BYTES = 4
+MAC_BYTES = 16
+NONCE_BYTES = 12
+AEAD_TAG_BYTES = 16
+MAC_TAG = b"RA"
+AEAD_TAG = b"RE"
+PREFIX_BYTES = 2 + KID_BYTES
+LOG_INTERVAL = 10.0
+"""At most one warning per reason per this many seconds, so a flood of forged datagrams cannot flood the log."""
+MAX_SOURCES = 64
+"""Distinct unverifiable sources remembered for ``rmp status``; more are counted but not named."""
+
+
+class AuthKeyError(ValueError):
+    """A key file cannot be used; the message names the file and the reason."""
+
+
+def _derive(key: bytes, purpose: bytes) -> bytes:
+    return hashlib.blake2b(purpose, key=key, digest_size=32, person=b"rmpd-group-key").digest()
+
+
+@dataclass(frozen=True)
+class GroupKey:
+    """One key file's secret and what is derived from it."""
+
+    kid: bytes
+    mac_key: bytes
+    aead_key: bytes
+
+    @classmethod
+    def from_secret(cls, secret: bytes) -> GroupKey:
+        if len(secret) != KEY_BYTES:
+            raise AuthKeyError(f"a group key is {KEY_BYTES} bytes, got {len(secret)}")
+        return cls(kid=_derive(secret, b"key-id")[:KID_BYTES], mac_key=_derive(secret, b"mac"),
+                   aead_key=_derive(secret, b"aead"))
+
+
+def generate_key_file(path: Path) -> None:
+    """Write a fresh key as 64 hex digits, mode 0400; never overwrite (FileExistsError)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o400)
+    with os.fdopen(fd, "w") as handle:
+        handle.write(secrets.token_hex(KEY_BYTES) + "\n")
+
+
+def load_key_file(path: Path) -> GroupKey:
+    """Read a key written by ``rmpd keygen`` (64 hex digits) or 32 raw bytes."""
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise AuthKeyError(f"cannot read key file {path}: {exc.strerror}") from None
+    text = raw.strip()
+    try:
+        secret = bytes.fromhex(text.decode("ascii")) if len(text) == 2 * KEY_BYTES else raw
+    except (UnicodeDecodeError, ValueError):
+        raise AuthKeyError(f"key file {path} is not 64 hex digits") from None
+    try:
+        key = GroupKey.from_secret(secret)
+    except AuthKeyError as exc:
+        raise AuthKeyError(f"key file {path}: {exc} (make one with: rmpd keygen FILE)") from None
+    if path.stat().st_mode & 0o077:
+        log.warning("key file %s is readable by others than its owner (chmod 0400 it)", path)
+    return key
+
+
+class DatagramGuard:
+    """Seals outgoing datagrams and opens incoming ones; see the module docstring.
+
+    ``accept_until`` is the clock reading after which ``previous`` (a rotation's second key) is no longer accepted.
+    ``clock`` is injectable so tests can step through a rotation window.
+    """
+
+    def __init__(self, key: GroupKey | None = None, *, previous: GroupKey | None = None, encrypt: bool = False,
+                 rotation_window: float = 3600.0, stats: Counter[str] | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        if encrypt and key is None:
+            raise AuthKeyError("encryption needs an auth key")
+        if previous is not None and key is None:
+            raise AuthKeyError("a previous key needs a current auth key")
+        self.key = key
+        self.previous = previous
+        self.encrypt = encrypt
+        self.stats: Counter[str] = stats if stats is not None else Counter()
+        self.clock = clock
+        self.accept_previous_until = clock() + rotation_window
+        self.unverified_sources: Counter[str] = Counter()
+        self._ciphers: dict[bytes, Any] = {}
+        self._last_log: dict[str, float] = {}
+        self._unlogged: Counter[str] = Counter()
+
+    @property
+    def keyed(self) -> bool:
+        return self.key is not None
+
+    # ------------------------------------------------------------------------------------------------------------
+
+    def seal(self, packet: bytes) -> bytes:
+        key = self.key
+        if key is None:
+            return packet
+        if self.encrypt:
+            nonce = os.urandom(NONCE_BYTES)
+            head = AEAD_TAG + key.kid
+            return head + nonce + self._cipher(key).encrypt(nonce, packet, head)
+        body = MAC_TAG + key.kid + packet
+        return body + hashlib.blake2b(body, key=key.mac_key, digest_size=MAC_BYTES).digest()
+
+    def open(self, datagram: bytes, source: str, where: str) -> bytes | None:
+        """The packet inside ``datagram``, or None when it must be dropped (counted and, now and then, logged)."""
+        tag = datagram[:2]
+        sealed = tag in (MAC_TAG, AEAD_TAG)
+        if self.key is None:
+            if sealed:
+                self.stats["auth_unverifiable"] += 1
+                self._remember(source)
+                self._warn("unverifiable", f"sealed datagrams on {where} (latest from {source}) that this daemon "
+                           "cannot verify: the group there uses an auth key and this daemon has none")
+                return None
+            return datagram
+        if not sealed:
+            return self._reject("unsigned", source, where, "without a MAC")
+        key = self._key_for(datagram[2:PREFIX_BYTES])
+        if key is None:
+            return self._reject("unknown_key", source, where, "sealed with a key this daemon does not hold")
+        if tag == MAC_TAG:
+            if len(datagram) < PREFIX_BYTES + MAC_BYTES:
+                return self._reject("bad_mac", source, where, "with a wrong MAC")
+            body, mac = datagram[:-MAC_BYTES], datagram[-MAC_BYTES:]
+            expected = hashlib.blake2b(body, key=key.mac_key, digest_size=MAC_BYTES).digest()
+            if not hmac.compare_digest(mac, expected):
+                return self._reject("bad_mac", source, where, "with a wrong MAC")
+            self.stats["auth_verified"] += 1
+            return body[PREFIX_BYTES:]
+        opened = self._open_aead(key, datagram)
+        if opened is None:
+            return self._reject("bad_mac", source, where, "that fail decryption")
+        self.stats["auth_verified"] += 1
+        return opened
+
+    def _key_for(self, kid: bytes) -> GroupKey | None:
+        if self.key is not None and kid == self.key.kid:
+            return self.key
+        if self.previous is not None and kid == self.previous.kid and self.clock() < self.accept_previous_until:
+            self.stats["auth_previous_key"] += 1
+            return self.previous
+        return None
+
+    def _reject(self, reason: str, source: str, where: str, what: str) -> None:
+        self.stats["auth_rejected"] += 1
+        self.stats[f"auth_rejected_{reason}"] += 1
+        self._remember(source)
+        self._warn(reason, f"dropped datagrams on {where} {what} (latest from {source})")
+        return None
+
+    def _remember(self, source: str) -> None:
+        if source in self.unverified_sources or len(self.unverified_sources) < MAX_SOURCES:
+            self.unverified_sources[source] += 1
+
+    def _warn(self, reason: str, message: str) -> None:
+        self._unlogged[reason] += 1
+        now = self.clock()
+        last = self._last_log.get(reason)
+        if last is not None and now - last < LOG_INTERVAL:
+            return
+        self._last_log[reason] = now
+        log.warning("%s: %d since the last report", message, self._unlogged.pop(reason))
+
+    def _cipher(self, key: GroupKey) -> Any:
+        cipher = self._ciphers.get(key.kid)
+        if cipher is None:
+            from cryptography.hazmat.primitives.ciphers.aead import ChaCha20Poly1305
+
+            cipher = self._ciphers[key.kid] = ChaCha20Poly1305(key.aead_key)
+        return cipher
+
+    def _open_aead(self, key: GroupKey, datagram: bytes) -> bytes | None:
+        from cryptography.exceptions import InvalidTag
+
+        nonce = datagram[PREFIX_BYTES:PREFIX_BYTES + NONCE_BYTES]
+        ciphertext = datagram[PREFIX_BYTES + NONCE_BYTES:]
+        if len(nonce) != NONCE_BYTES or len(ciphertext) < AEAD_TAG_BYTES:
+            return None
+        try:
+            return self._cipher(key).decrypt(nonce, ciphertext, datagram[:PREFIX_BYTES])
+        except InvalidTag:
+            return None
+
+    def describe(self) -> dict[str, object]:
+        return {"keyed": self.keyed, "encrypt": self.encrypt,
+                "key_id": self.key.kid.hex() if self.key else None,
+                "previous_key_id": self.previous.kid.hex() if self.previous else None,
+                "unverified_sources": dict(self.unverified_sources.most_common(8))}

@@ -9,6 +9,7 @@ so the file never needs to learn a second vocabulary.
 from __future__ import annotations
 
 import dataclasses
+import grp
 import ipaddress
 import os
 import tomllib
@@ -29,7 +30,8 @@ SYSTEM_SOCKET = Path("/run/rmpd/rmpd.sock")
 """Where the systemd unit (RuntimeDirectory=rmpd) puts the socket; clients look there last."""
 
 TOP_KEYS = {"interface", "bind", "port", "socket", "journal", "journal_compress", "journal_rotate_bytes",
-            "log_level", "address_range", "ttl", "multicast", "socket_mode", "client_queue", "max_frame",
+            "log_level", "address_range", "ttl", "multicast", "socket_mode", "socket_group", "runtime_dir_mode",
+            "client_queue", "max_frame",
             "auth_key", "auth_key_previous", "auth_rotation_window", "encrypt"}
 TIMER_KEYS = {f.name for f in dataclasses.fields(EngineConfig)} - {"journal"}
 DAEMON_TIMERS: dict[str, Any] = {"request_interval": 0.2, "join_retries": 4}
@@ -60,6 +62,9 @@ class DaemonConfig:
     multicast: bool = True
     """False on hosts that cannot receive multicast: the group then sends this member unicast copies."""
     socket_mode: int = 0o660
+    socket_group: str | None = None
+    """Group owning the socket (and a runtime directory the daemon creates); default ``rmpd`` when it exists."""
+    runtime_dir_mode: int = 0o750
     client_queue: int = 10_000
     """Frames queued for one local client before it is cut off as a slow consumer."""
     max_frame: int = 1024 * 1024
@@ -194,5 +199,14 @@ def _check(config: DaemonConfig) -> None:
         raise ConfigError("auth_key_previous needs auth_key")
     if not isinstance(config.auth_rotation_window, int | float) or config.auth_rotation_window < 0:
         raise ConfigError(f"auth_rotation_window must be a non-negative number, got {config.auth_rotation_window!r}")
+    for name in ("socket_mode", "runtime_dir_mode"):
+        value = getattr(config, name)
+        if not isinstance(value, int) or not 0 <= value <= 0o777:
+            raise ConfigError(f"{name} must be a file mode such as 0o660, got {value!r}")
+    if config.socket_group is not None:
+        try:
+            grp.getgrnam(config.socket_group)
+        except KeyError:
+            raise ConfigError(f"socket_group {config.socket_group!r} does not exist") from None
     if config.client_queue < 1 or config.max_frame < 64:
         raise ConfigError("client_queue must be >= 1 and max_frame >= 64")

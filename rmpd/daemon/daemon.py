@@ -43,7 +43,8 @@ async def run_daemon(config: DaemonConfig, guard: DatagramGuard | None = None) -
                          address_range=config.address_range, ttl=config.ttl, multicast=config.multicast,
                          journal=journal, guard=guard or config.guard(Counter()))
     path = config.socket_path()
-    listener = await bind_unix_listener(path, config.socket_mode)
+    listener = await bind_unix_listener(path, config.socket_mode, group=config.socket_group,
+                                        dir_mode=config.runtime_dir_mode)
     hub = Hub(shell, str(path))
     try:
         with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:

@@ -9,9 +9,11 @@ error and then the connection is closed, because nothing after it can be framed.
 from __future__ import annotations
 
 import errno
+import grp
 import logging
 import os
 import socket as stdsocket
+import struct
 from pathlib import Path
 
 import trio
@@ -27,9 +29,36 @@ class SocketInUse(Exception):
     """Another live daemon already serves this socket path."""
 
 
-async def bind_unix_listener(path: Path, mode: int) -> trio.SocketListener:
-    """Bind ``path``, replacing a stale socket file left by a dead daemon but never a live one."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+def socket_group_id(name: str | None) -> int | None:
+    """The gid that should own the socket: the named group, else ``rmpd`` when it exists, else none."""
+    try:
+        return grp.getgrnam(name or "rmpd").gr_gid
+    except KeyError:
+        if name:
+            raise ValueError(f"socket_group {name!r} does not exist") from None
+        return None
+
+
+def _give_to_group(path: Path, gid: int | None) -> None:
+    if gid is None:
+        return
+    try:
+        os.chown(path, -1, gid)
+    except OSError as exc:
+        log.warning("cannot give %s to group %d: %s", path, gid, exc.strerror)
+
+
+async def bind_unix_listener(path: Path, mode: int, *, group: str | None = None,
+                             dir_mode: int = 0o750) -> trio.SocketListener:
+    """Bind ``path``, replacing a stale socket file left by a dead daemon but never a live one.
+
+    The socket gets ``mode`` and, like a runtime directory this creates (``dir_mode``), the group ``group`` (or
+    ``rmpd`` when that group exists), so local clients are exactly the members of that group.
+    """
+    gid = socket_group_id(group)
+    if not path.parent.exists():
+        path.parent.mkdir(parents=True, mode=dir_mode)
+        _give_to_group(path.parent, gid)
     if path.exists() or path.is_symlink():
         probe = trio.socket.socket(stdsocket.AF_UNIX, stdsocket.SOCK_STREAM)
         try:
@@ -50,6 +79,7 @@ async def bind_unix_listener(path: Path, mode: int) -> trio.SocketListener:
         finally:
             os.umask(old_umask)
         os.chmod(path, mode)
+        _give_to_group(path, gid)
         sock.listen(64)
     except BaseException:
         sock.close()
@@ -66,8 +96,23 @@ async def serve_clients(listener: trio.SocketListener, hub: Hub, *, queue_size: 
             nursery.start_soon(_serve_one, stream, hub, queue_size, max_frame)
 
 
+def peer_credentials(stream: trio.SocketStream) -> tuple[int, int, int] | None:
+    """(pid, uid, gid) of the process at the other end of a Unix socket (SO_PEERCRED), None where unsupported."""
+    if not hasattr(stdsocket, "SO_PEERCRED"):
+        return None
+    try:
+        raw = stream.socket.getsockopt(stdsocket.SOL_SOCKET, stdsocket.SO_PEERCRED, struct.calcsize("3i"))
+    except OSError:
+        return None
+    pid, uid, gid = struct.unpack("3i", raw)
+    return pid, uid, gid
+
+
 async def _serve_one(stream: trio.SocketStream, hub: Hub, queue_size: int, max_frame: int) -> None:
     session = Session(stream, queue_size)
+    session.peer = peer_credentials(stream)
+    if session.peer is not None:
+        log.info("client %d connected: pid %d uid %d gid %d", session.id, *session.peer)
     hub.add(session)
     try:
         with session.scope:

@@ -31,6 +31,8 @@ class Session:
         self.cut_reason: dict[str, Any] | None = None
         self.scope = trio.CancelScope()
         self.dropped = 0
+        self.peer: tuple[int, int, int] | None = None
+        """(pid, uid, gid) of the client process, from SO_PEERCRED."""
 
     def push(self, message: dict[str, Any]) -> bool:
         """Queue one frame; False if the client is gone or was just cut off for being slow."""

@@ -26,9 +26,10 @@ class Daemon:
     """One rmpd process; ``pid`` is its RMP process ID (ip:port), ``socket`` its client socket."""
 
     def __init__(self, workdir: Path, name: str, *, bind: str = "127.0.0.1", journal: Path | None = None,
-                 extra: list[str] | None = None, netns: str | None = None, config: Path | None = None) -> None:
+                 extra: list[str] | None = None, netns: str | None = None, config: Path | None = None,
+                 socket_path: Path | None = None) -> None:
         self.name = name
-        self.socket = workdir / f"{name}.sock"
+        self.socket = socket_path or workdir / f"{name}.sock"
         self.notify_path = workdir / f"{name}.notify"
         self.log_path = workdir / f"{name}.log"
         self.notify_path.unlink(missing_ok=True)

@@ -3,6 +3,7 @@ daemon keeps serving; the socket is mode 0660; READY=1 reaches the service manag
 
 from __future__ import annotations
 
+import grp
 import os
 import random
 import socket
@@ -12,6 +13,7 @@ import subprocess
 import time
 
 import msgpack
+import pytest
 
 from rmpd.daemon.frames import HEADER, encode_frame
 
@@ -123,10 +125,25 @@ def test_socket_mode_ready_notification_and_clean_sigterm(daemons) -> None:
     assert stat.S_IMODE(os.stat(d.socket).st_mode) == 0o660
     assert "READY=1" in d.ready_message
     d.rmp("join", "solo")
+    assert f"uid {os.getuid()} gid {os.getgid()}" in d.log_path.read_text()  # each client's SO_PEERCRED
     assert d.members("solo") == [d.pid]
     assert d.stop() == 0
     assert not d.socket.exists()
     assert "leaving 1 group" in d.log_path.read_text()
+
+
+def test_the_socket_and_its_new_directory_belong_to_the_configured_group(daemons, tmp_path) -> None:
+    others = [g for g in grp.getgrall() if g.gr_gid != os.getgid()]
+    if not others or os.geteuid() != 0:
+        pytest.skip("needs root and a second group to give the socket to")
+    config = tmp_path / "group.toml"
+    config.write_text(f'socket_group = "{others[0].gr_name}"\nruntime_dir_mode = 0o710\n')
+    socket_path = tmp_path / "run" / "rmpd.sock"
+    d = daemons(config=config, socket_path=socket_path)
+    assert os.stat(socket_path).st_gid == others[0].gr_gid
+    assert os.stat(socket_path.parent).st_gid == others[0].gr_gid
+    assert stat.S_IMODE(os.stat(socket_path.parent).st_mode) == 0o710
+    assert d.proc.poll() is None
 
 
 def test_sigterm_leaves_the_group_so_the_others_install_a_view_without_it(daemons) -> None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import random
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -134,7 +135,8 @@ class Simulation:
 
     def __init__(self, config: SimConfig, seed: int, *, journal_dir: Path | None = None,
                  engine_factory: type[GroupEngine] = GroupEngine,
-                 engine_config: EngineConfig | None = None) -> None:
+                 engine_config: EngineConfig | None = None,
+                 network_factory: Callable[..., SimNetwork] = SimNetwork) -> None:
         self.config = config
         self.seed = seed
         self.queue = EventQueue()
@@ -148,7 +150,7 @@ class Simulation:
         never reused)."""
         self.index = {pid: i for i, pid in enumerate(self.pids)}
         faults = LinkFaults(loss=config.loss, dup=config.dup, reorder=config.reorder)
-        self.network = SimNetwork(self.queue, faults, random.Random(seed * 8 + 1), total)
+        self.network = network_factory(self.queue, faults, random.Random(seed * 8 + 1), total)
         self.checker = InvariantChecker()
         self.writer = JournalWriter(journal_dir) if journal_dir is not None else None
         base = engine_config or EngineConfig()

@@ -29,6 +29,10 @@ class EngineConfig:
     """Own unordered packets resent per retransmission timeout."""
     nack_response_limit: int = 64
     """Packets resent for one tail NACK at most."""
+    max_ahead: int = 65536
+    """A packet naming a timestamp more than this far beyond the last consecutive one held is dropped: every slot
+    up to it would have to be allocated, so a hostile or corrupt timestamp could exhaust memory.  A member this far
+    behind catches up through NACKs instead."""
     request_interval: float = 0.5
     """First resend interval of an unanswered List Change Request (doubling up to rto_max)."""
     join_retries: int = 6

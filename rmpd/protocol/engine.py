@@ -319,6 +319,9 @@ class GroupEngine(Reformation):
         if src not in view:
             self.stats["non_member"] += 1
             return
+        if self._beyond_horizon(packet):
+            self.stats["beyond_horizon"] += 1
+            return
         self.stats["received"] += 1
         if self.config.journal:
             self._record_packet("recv", packet, now)
@@ -457,6 +460,13 @@ class GroupEngine(Reformation):
 
     # ------------------------------------------------------------------------------------------------------------
     # ACKs and the token
+
+    def _beyond_horizon(self, packet: Packet) -> bool:
+        """Does the packet name a timestamp too far ahead to make room for (``max_ahead``)?"""
+        ts = getattr(packet, "ts", None)
+        if ts is None:
+            ts = getattr(packet, "sync_ts", None)
+        return ts is not None and ts > self.q.contig + self.config.max_ahead
 
     def _on_ack(self, ack: Ack, now: float) -> None:
         q = self.q

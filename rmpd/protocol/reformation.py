@@ -18,6 +18,7 @@ a reformation higher than any it has seen, one at a time, and answers lower ones
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from itertools import islice
 
 from .events import Left
 from .ids import ProcessId
@@ -33,6 +34,9 @@ from .packets import (
 SUPERSEDED = "superseded"
 SUPERSEDED_REASON = "superseded by a higher reformation"
 """Reason a member gives when it rejects a reformation because it has seen a higher one."""
+NACK_LIST = 256
+"""Timestamps, and (source, sequence) pairs, one catch-up NACK asks for at most."""
+
 MIN_PARTITION_MAJORITY = 0
 """``min_partition`` value meaning: a majority of the old view must remain."""
 MIN_PARTITION_ALL = 0xFFFF
@@ -276,17 +280,18 @@ class Reformation:
     def _catch_up(self, target: SyncPoint, now: float) -> None:
         """NACK, to anyone, whatever separates this member from ``target``."""
         ts, seqs = target
-        missing = [t for t in range(self.q.contig + 1, ts + 1) if (s := self.q.get(t)) is None or not s.have]
-        wanted = []
-        for src, high in seqs.items():
-            low = self.src_next.get(src, 1)
-            wanted.extend((src, n) for n in range(low, high + 1) if (src, n) not in self.data)
+        # Lazily, and only as many as one NACK carries: a sync point far ahead must not build huge lists.
+        missing = list(islice((t for t in range(self.q.contig + 1, ts + 1)
+                               if (s := self.q.get(t)) is None or not s.have), NACK_LIST))
+        wanted = list(islice(((src, n) for src, high in seqs.items()
+                              for n in range(self.src_next.get(src, 1), high + 1) if (src, n) not in self.data),
+                             NACK_LIST))
         if missing or wanted:
             self.stats["recovery_nacks"] += 1
             from .packets import Nack  # local import keeps the module list short at the top
 
             self._multicast(Nack(self.view.view_id, self.pid, None, self.q.contig, self.q.high, False,
-                                 tuple(missing[:256]), tuple(wanted[:256])), now)
+                                 tuple(missing), tuple(wanted)), now)
 
     # ------------------------------------------------------------------------------------------------------------
     # Packets

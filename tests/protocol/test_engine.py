@@ -7,7 +7,7 @@ import itertools
 from rmpd.protocol.config import EngineConfig
 from rmpd.protocol.ids import ViewId
 from rmpd.protocol.orderingq import SlotKind, SlotState
-from rmpd.protocol.packets import Ack, Confirm, Data, Nack, encode
+from rmpd.protocol.packets import Ack, Confirm, Data, Nack, RecoveryVote, encode
 from rmpd.protocol.qos import QoS
 
 from .harness import Ring
@@ -236,3 +236,20 @@ def test_single_member_group_orders_its_own_messages() -> None:
         ring.send(0, q.name().encode(), q)
     assert ring.delivered(0) == [b"total", b"safe", b"source"]
     assert ring[0].quiet
+
+
+def test_a_timestamp_far_ahead_is_dropped_instead_of_allocating_every_slot_before_it() -> None:
+    ring = Ring(3)
+    ring.send(1, b"before")
+    ring.flush()
+    target = ring[2]
+    far = target.q.contig + target.config.max_ahead + 1
+    forged = Ack(ring.view.view_id, ring.pids[0], far, ring.pids[1], 0, ((ring.pids[0], 10**9, QoS.TOTAL),))
+    target.receive_packet(forged, ring.now)
+    vote = RecoveryVote(ring.view.view_id, ring.pids[0], 1, 2**62, ((ring.pids[0], 2**62),))
+    target.receive_packet(vote, ring.now)
+    assert target.stats["beyond_horizon"] == 2
+    assert len(target.q.slots) < 100
+    ring.send(1, b"after")
+    ring.flush()
+    assert [d.payload for d in ring.deliveries(2)] == [b"before", b"after"]

@@ -22,7 +22,7 @@ def slots(records: DataFrame) -> DataFrame:
     """Every claim of what occupies a (group, view, ts) slot: ``node, group, view, ts, what, qos``.
 
     Claims come from deliveries that carry a timestamp, from ACKs sent or received (the ACK itself takes ``ts``, the
-    data it orders ``ts+1``, ``ts+2``, ...) and from New Lists (ordered at their ``ts``).
+    data it orders ``ts+1``, ``ts+2``, ...) and from New Lists of views some process installed (at their ``ts``).
     """
     r = records.withColumn("qos", qos_name(F.col("qos")))
     delivered = r.where((F.col("event") == "deliver") & F.col("ts").isNotNull()).select(
@@ -41,7 +41,10 @@ def slots(records: DataFrame) -> DataFrame:
             data_id(F.col("o")[0], F.col("o")[1], F.col("oqos")).alias("what"), F.col("oqos").alias("qos"),
         )
     )
-    new_lists = packets.where(F.col("packet") == "new_list").select(
+    # A reformation's New List is a proposal until committed: an aborted one may be followed by a different New
+    # List at the same timestamp.  Only New Lists whose view some process installed are ordering decisions.
+    installed = r.where(F.col("event") == "view").select("group", F.col("view").alias("new_view")).distinct()
+    new_lists = packets.where(F.col("packet") == "new_list").join(installed, ["group", "new_view"], "left_semi").select(
         "node", "group", "view", "ts", F.concat_ws("|", F.lit("new_list"), "new_view").alias("what"),
         F.lit(None).alias("qos"),
     )

@@ -14,6 +14,7 @@ from types import TracebackType
 
 import trio
 
+from rmpd.daemon.auth import DatagramGuard, load_key_file
 from rmpd.daemon.config import interface_address, loopback_interface
 from rmpd.daemon.journal import FlushingJournal
 from rmpd.daemon.shell import ProcessShell
@@ -44,7 +45,12 @@ class Node:
 
     def __init__(self, *, interface: str | None = None, port: int = 0, bind: str | None = None,
                  address_range: str = DEFAULT_RANGE, ttl: int = 1, multicast: bool = True,
-                 journal: str | Path | None = None, config: EngineConfig | None = None) -> None:
+                 journal: str | Path | None = None, config: EngineConfig | None = None,
+                 auth_key: str | Path | None = None, encrypt: bool = False) -> None:
+        """``auth_key``: a group key file (``rmpd keygen``), as for the daemon's ``--auth-key``; raises
+        :class:`rmpd.daemon.auth.AuthKeyError` when it cannot be used."""
+        key = load_key_file(Path(auth_key)) if auth_key is not None else None
+        self._guard = DatagramGuard(key, encrypt=encrypt)
         self._ip = bind or interface_address(interface or loopback_interface())
         self._port = port
         self._range = address_range
@@ -68,7 +74,7 @@ class Node:
         journal = FlushingJournal(self._journal) if self._journal is not None else None
         self._shell = ProcessShell(ip=self._ip, port=self._port, engine_config=self._config,
                                    address_range=self._range, ttl=self._ttl, multicast=self._multicast,
-                                   journal=journal)
+                                   journal=journal, guard=self._guard)
         self._shell.on_event = self._on_event
         self._cm = trio.open_nursery()
         nursery = await self._cm.__aenter__()

@@ -99,6 +99,20 @@ def break_scmp(recs: Records) -> None:
     recs.insert(i + 1, dict(recs[i]))
 
 
+def abort_a_proposal(recs: Records) -> None:
+    """Before the view change, another New List was proposed at the same timestamp and aborted: a proposal nobody
+    installed is not an ordering decision (a reformation may abort after members acknowledged it), so all holds."""
+    real = next(r for r in recs if r.get("packet") == "new_list")
+    creator, _, counter = real["new_view"].rpartition("/")
+    ghost = {"new_view": f"{creator}/{int(counter) + 7}", "members": real["members"][:-1]}
+    first = next(k for k, r in enumerate(recs) if r.get("packet") == "new_list")
+    proposals = [r | ghost for r in recs if r.get("packet") == "new_list" and r["new_view"] == real["new_view"]]
+    recs[first:first] = proposals
+
+
+VARIANTS: dict[str, Callable[[Records], None]] = {"clean-aborted-proposal": abort_a_proposal}
+"""Clean traces with something unusual in them that breaks nothing."""
+
 BREAKERS: dict[str, Callable[[Records], None]] = {
     "one-order": break_one_order,
     "total-order": break_total_order,
@@ -115,8 +129,9 @@ BREAKERS: dict[str, Callable[[Records], None]] = {
 def write_case(root: Path, name: str, base: int, gz: bool = False, rotate: int = 0) -> Path:
     """Write case ``name`` (an invariant to break, or ``clean``) into ``root/name`` as group ``name``."""
     recs = clean(name, base)
-    if name in BREAKERS:
-        BREAKERS[name](recs)
+    change = BREAKERS.get(name) or VARIANTS.get(name)
+    if change is not None:
+        change(recs)
     out = root / name
     synth.write(str(out), iter(recs), gz=gz, rotate=rotate)
     return out

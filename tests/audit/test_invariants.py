@@ -16,7 +16,7 @@ from rmpd.audit.schema import INVARIANTS
 
 from .cases import BREAKERS, write_case
 
-CLEAN = ("clean", "clean-gz-rotated")
+CLEAN = ("clean", "clean-gz-rotated", "clean-aborted-proposal")
 
 
 @pytest.fixture(scope="module")
@@ -26,6 +26,7 @@ def combined(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> A
         write_case(root, name, base=1000 * (n + 1))
     write_case(root, "clean", base=50_000)
     write_case(root, "clean-gz-rotated", base=60_000, gz=True, rotate=17)
+    write_case(root, "clean-aborted-proposal", base=70_000)
     (root / "README.txt").write_text("not a journal; directories only take *.jsonl[.gz]\n")
     return run_audit(spark, [str(root)], examples=1000)
 

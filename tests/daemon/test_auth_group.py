@@ -124,3 +124,26 @@ def test_ten_thousand_forged_datagrams_are_dropped_counted_and_order_holds(daemo
     assert orders[0] == orders[1] == orders[2]
     payloads = [p for _, _, p in orders[0]]
     assert sorted(payloads) == sorted([f"a{i}" for i in range(300)] + [f"b{i}" for i in range(300)])
+
+
+async def test_an_encrypting_daemon_and_an_embedded_node_with_the_key_share_a_group(daemons, tmp_path: Path) -> None:
+    import trio
+
+    import rmpd
+
+    key = keygen(tmp_path / "group.key")
+    d = daemons(extra=["--auth-key", str(key), "--encrypt"])
+    d.rmp("join", "sealed")
+    with trio.fail_after(60):
+        async with rmpd.connect(d.socket) as client, rmpd.Node(interface="lo", port=0, auth_key=key,
+                                                                 encrypt=True) as node:
+            via_daemon = await client.join("sealed")
+            embedded = await node.join("sealed", existing_only=True)
+            await embedded.send(b"secret", qos=rmpd.QoS.SAFE)
+            async for event in via_daemon:
+                if isinstance(event, rmpd.Delivery):
+                    assert (event.payload, event.source) == (b"secret", node.pid)
+                    break
+    status = d.status()
+    assert status["auth"]["encrypt"] and status["counters"]["auth_verified"] > 0
+    assert status["counters"].get("auth_rejected", 0) == 0

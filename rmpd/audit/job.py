@@ -15,6 +15,7 @@ from rich.console import Console
 from .invariants import journal_checks
 from .read import UnreadableInput, read_journals
 from .report import EXIT_UNREADABLE, AuditReport, InvariantResult, evaluate, render
+from .shared import release
 
 
 def run_audit(
@@ -29,6 +30,7 @@ def run_audit(
         try:
             records, results = evaluate(journal_checks(journals.records), examples, journals.records)
         finally:
+            release(journals.records)
             journals.raw.unpersist()
         inputs += paths
     if pcaps:

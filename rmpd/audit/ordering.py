@@ -13,12 +13,18 @@ from pyspark.sql import functions as F
 from .check import Check, example
 from .columns import data_id, is_ordered, is_reliable, is_source_ordered, qos_name
 from .schema import ORDER
+from .shared import shared
 
 MEMBER = ("node", "group")
 """A member is one process in one group: a process may belong to several groups, each with its own views."""
 
 
 def slots(records: DataFrame) -> DataFrame:
+    """Every claim of what occupies a (group, view, ts) slot (cached per audit: see ``_slots``)."""
+    return shared(records, "slots", _slots)
+
+
+def _slots(records: DataFrame) -> DataFrame:
     """Every claim of what occupies a (group, view, ts) slot: ``node, group, view, ts, what, qos``.
 
     Claims come from deliveries that carry a timestamp, from ACKs sent or received (the ACK itself takes ``ts``, the
@@ -53,6 +59,10 @@ def slots(records: DataFrame) -> DataFrame:
 
 def first_deliveries(records: DataFrame) -> DataFrame:
     """One row per message each member delivered: where it first delivered it, and how often (``n``)."""
+    return shared(records, "first_deliveries", _first_deliveries)
+
+
+def _first_deliveries(records: DataFrame) -> DataFrame:
     first = F.min(F.struct(*ORDER, "view", "ts", "holders"))
     return (
         records.where(F.col("event") == "deliver")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import sys
 
 from pyspark.sql import SparkSession
@@ -24,6 +25,21 @@ def get_session(master: str | None = None, app_name: str = "rmp-audit") -> Spark
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     if master:
         builder = builder.master(master)
+        cores = local_cores(master)
+        if cores is not None:
+            # Spark's default of 200 shuffle partitions is sized for clusters; on one machine each costs a task per
+            # shuffle and, once cached, per scan.  A few per core keeps both cores busy without the overhead.
+            builder = builder.config("spark.sql.shuffle.partitions", str(4 * cores))
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
     return spark
+
+
+def local_cores(master: str) -> int | None:
+    """Worker threads of a ``local``, ``local[N]`` or ``local[*]`` master; None for a cluster master."""
+    match = re.fullmatch(r"local(?:\[(\d+|\*)(?:,\d+)?\])?", master)
+    if match is None:
+        return None
+    if match.group(1) is None:
+        return 1
+    return (os.cpu_count() or 1) if match.group(1) == "*" else int(match.group(1))

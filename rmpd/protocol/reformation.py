@@ -249,6 +249,7 @@ class Reformation:
         init = self.initiation
         assert init is not None
         self.stats["reformations_aborted"] += 1
+        self._record("recovery", now, version=init.version, role="abort", reason=reason)
         self._multicast(RecoveryAbort(self.view.view_id, self.pid, init.version, reason[:200]), now)
         self.initiation = None
         self.failed_reformations += 1

@@ -22,7 +22,7 @@ from .journals import check_journals
 ROOT = Path(__file__).resolve().parents[2]
 NETNS = str(ROOT / "scripts" / "netns")
 HOSTS = 4
-PER_SENDER = 300
+PER_SENDER = 1000
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="network namespaces need root (CI runs this as root)")
 

@@ -11,6 +11,7 @@ from typing import Annotated
 import typer
 
 from cli.audit_cmd import audit_app
+from cli.bench_cmd import bench_app
 from cli.group_cmds import group_app
 from cli.message_cmds import message_app
 from cli.sim_cmd import sim_app
@@ -24,6 +25,7 @@ app = typer.Typer(
 )
 app.add_typer(sim_app)
 app.add_typer(audit_app)
+app.add_typer(bench_app)
 app.add_typer(group_app)
 app.add_typer(message_app)
 app.add_typer(status_app)

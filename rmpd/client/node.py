@@ -131,8 +131,10 @@ class Node:
         return group
 
     async def _send(self, group: str, payload: bytes, qos: QoS, handler: int | None) -> int:
+        shell = self._require()
+        await shell.wait_for_room(group)
         try:
-            seq = self._require().send(group, payload, qos, handler)
+            seq = shell.send(group, payload, qos, handler)
         except NotMember as exc:
             raise RmpdError("not-member", str(exc)) from None
         if seq is None:

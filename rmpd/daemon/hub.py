@@ -50,8 +50,11 @@ class Hub:
         self.lock_owner: dict[tuple[str, int], Owner] = {}
         """Locks this daemon holds per group, and the local client each belongs to (None once it went away)."""
         self.shutting_down = False
+        self.send_waiters: dict[str, list[tuple[Session, Any, int]]] = defaultdict(list)
+        """Sends accepted while the group's backlog was full, answered once it has room again."""
         self.stats: dict[str, int] = defaultdict(int)
         shell.on_event = self.on_event
+        shell.after_drain.append(self._answer_delayed_sends)
 
     # ------------------------------------------------------------------------------------------------------------
     # Sessions
@@ -66,6 +69,8 @@ class Hub:
             self._detach(session, group)
         for waiters in self.join_waiters.values():
             waiters[:] = [w for w in waiters if w[0] is not session]
+        for parked in self.send_waiters.values():
+            parked[:] = [w for w in parked if w[0] is not session]
         for key, owner in list(self.lock_owner.items()):
             if owner is session:
                 self.lock_owner[key] = None
@@ -178,7 +183,19 @@ class Hub:
         if seq is None:
             raise RequestError(errors.SEND_REFUSED, f"the daemon is leaving {group!r}")
         self.stats["sends"] += 1
+        if not self.shell.has_room(group):
+            # Accepted and queued in order, but the answer waits until the ring has taken some of the backlog:
+            # this is how a client faster than the ring is slowed down.
+            self.stats["sends_delayed"] += 1
+            self.send_waiters[group].append((session, request.id, seq))
+            return None
         return {"seq": seq}
+
+    def _answer_delayed_sends(self) -> None:
+        """After each drain: answer parked sends of groups whose backlog went down (or that are gone)."""
+        for group in [g for g, waiters in self.send_waiters.items() if waiters and self.shell.has_room(g)]:
+            for session, rid, seq in self.send_waiters.pop(group):
+                session.push({"id": rid, "ok": True, "seq": seq})
 
     def _op_members(self, session: Session, request: Request) -> dict[str, Any]:
         view = self.shell.process.view(request.group)

@@ -38,6 +38,10 @@ log = logging.getLogger("rmpd")
 RECEIVE_BATCH = 64
 """Datagrams read from one socket before draining, so a flood cannot starve the timer or the clients."""
 
+SEND_BACKLOG = 1024
+"""Messages a group's engine may hold queued behind its send window before senders are made to wait: a sender
+faster than the ring is slowed to the ring's pace instead of growing the daemon's memory without bound."""
+
 
 @dataclass
 class Listener:
@@ -79,6 +83,9 @@ class ProcessShell:
         self._timer_scope: trio.CancelScope | None = None
         self._deadline = math.inf
         self._idle = trio.Event()
+        self._room = trio.Event()
+        self.after_drain: list[Callable[[], None]] = []
+        """Called at the end of every drain (the hub answers sends parked for room here)."""
 
     # ------------------------------------------------------------------------------------------------------------
     # Running
@@ -158,6 +165,18 @@ class ProcessShell:
         self.drain()
         return seq
 
+    def has_room(self, group: str) -> bool:
+        """May another message be queued for ``group`` without exceeding SEND_BACKLOG?"""
+        engine = self.process.engines.get(group)
+        return engine is None or len(engine.send_queue) < SEND_BACKLOG
+
+    async def wait_for_room(self, group: str) -> None:
+        """Wait until ``group``'s send backlog is below SEND_BACKLOG (checked after every drain)."""
+        while not self.has_room(group):
+            if self._room.is_set():
+                self._room = trio.Event()
+            await self._room.wait()
+
     def lock(self, group: str, lock: int) -> None:
         self.process.lock(group, lock, trio.current_time())
         self.drain()
@@ -236,6 +255,9 @@ class ProcessShell:
             self._timer_scope.deadline = self._deadline
         if self._settled():
             self._idle.set()
+        self._room.set()
+        for hook in self.after_drain:
+            hook()
 
     def _transmit(self, tx: Transmit) -> None:
         if tx.dest is None:

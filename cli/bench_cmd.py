@@ -1,0 +1,143 @@
+"""`rmp bench`: goodput, latency and CPU cost of real rmpd processes beside raw UDP multicast, in one run."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import platform
+import tempfile
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+bench_app = typer.Typer()
+
+QOS_SWEEP = ("unordered", "source", "total", "safe")
+SIZE_SWEEP = (100, 1000, 8000)
+MEMBER_SWEEP = (2, 3, 4, 5)
+GUARDS = ("none", "mac", "encrypt")
+
+
+def plan(members: list[int], sizes: list[int], qos: list[str], senders: list[int], embedded: bool) -> list[Any]:
+    """The cases asked for: every combination; senders default to 1 and 'all members' (only 1 for one case)."""
+    from rmpd.bench.run import Case
+
+    single = len(members) == len(sizes) == len(qos) == 1
+    cases = []
+    for m, size, q in itertools.product(members, sizes, qos):
+        counts = senders or ([1] if single else sorted({1, m}))
+        for k in counts:
+            cases.append(Case(m, k, size, q))
+            if embedded:
+                cases.append(Case(m, k, size, q, embedded=True))
+    return cases
+
+
+def fmt(value: float | None, digits: int = 0) -> str:
+    return "-" if value is None else f"{value:,.{digits}f}"
+
+
+def render(results: list[dict[str, Any]], console: Console) -> None:
+    table = Table(title="rmp bench: messages delivered per second per member (goodput) vs raw UDP multicast")
+    for column in ("members", "senders", "size", "qos", "where", "raw msg/s", "rmpd msg/s", "ratio",
+                   "p50 ms", "p99 ms", "CPU µs/msg", "raw CPU µs/msg", "daemon peak RSS MiB"):
+        table.add_column(column, justify="right")
+    for r in results:
+        cpu = r["cpu_s_per_msg"] * 1e6 if r["cpu_s_per_msg"] is not None else None
+        raw_cpu = r["baseline_cpu_s_per_msg"] * 1e6 if r["baseline_cpu_s_per_msg"] is not None else None
+        rss = max(r["peak_rss_kib"]) / 1024 if r["peak_rss_kib"] else None
+        table.add_row(str(r["members"]), str(r["senders"]), str(r["size"]), r["qos"],
+                      "embedded" if r["embedded"] else "daemons", fmt(r["baseline_msgs_per_s"]),
+                      fmt(r["msgs_per_s"]), fmt(r["ratio"], 2), fmt(r["p50_ms"], 2), fmt(r["p99_ms"], 2),
+                      fmt(cpu, 1), fmt(raw_cpu, 1), fmt(rss, 1))
+    console.print(table)
+
+
+@bench_app.command("bench")
+def bench(
+    members: Annotated[list[int] | None, typer.Option(
+        "--members", min=1, max=16, help="Group size; repeat for several (default: 2 3 4 5).")] = None,
+    size: Annotated[list[int] | None, typer.Option(
+        "--size", min=1, max=60000, help="Message size in bytes; repeat (default: 100 1000 8000).")] = None,
+    qos: Annotated[list[str] | None, typer.Option(
+        "--qos", help="unordered, source, total, safe, k2, majority...; repeat (default: the first four).")] = None,
+    senders: Annotated[list[int] | None, typer.Option(
+        "--senders", min=1, help="Sending clients; repeat (default: 1 and one per member; 1 for a single case).")]
+    = None,
+    seconds: Annotated[float, typer.Option(min=0.5, help="Counting window per case, after 1 s of warm-up.")] = 5.0,
+    embedded: Annotated[bool, typer.Option(
+        "--embedded", help="Also measure each case with embedded-engine members instead of daemons.")] = False,
+    guard: Annotated[str, typer.Option(
+        help="Group key on every datagram: none, mac (BLAKE2b) or encrypt (ChaCha20-Poly1305).")] = "none",
+    bind: Annotated[str, typer.Option(help="Address the daemons and the baseline use.")] = "127.0.0.1",
+    json_out: Annotated[bool, typer.Option(
+        "--json", help="End with one JSON object: the case's figures, or {'cases': [...]} for several.")] = False,
+) -> None:
+    """Measure rmpd against raw UDP multicast through the same socket layer, in one run.
+
+    Starts real rmpd daemons on loopback, clients that join through the client library, and, per case: goodput
+    (messages per second per member, counted in the clients), its ratio to the raw baseline, latency p50/p99 as half
+    a ping-pong round trip at light load, CPU seconds per delivered message of all processes, and each daemon's
+    peak resident memory.
+    """
+    from rmpd.bench.run import Bench, BenchError
+    from rmpd.daemon.probe import multicast_loops
+    from rmpd.protocol.qos import QoS
+
+    err = Console(stderr=True)
+    for q in qos or []:
+        try:
+            QoS.parse(q)
+        except ValueError as exc:
+            err.print(f"[red]error:[/red] --qos {q}: {exc}")
+            raise typer.Exit(2) from None
+    if guard not in GUARDS:
+        err.print(f"[red]error:[/red] --guard must be one of {', '.join(GUARDS)}")
+        raise typer.Exit(2)
+    if not multicast_loops(bind):
+        err.print(f"[red]error:[/red] multicast does not loop back on {bind}; as root: ip route add 224.0.0.0/4 dev lo")
+        raise typer.Exit(1)
+    cases = plan(members or list(MEMBER_SWEEP), size or list(SIZE_SWEEP), qos or list(QOS_SWEEP), senders or [],
+                 embedded)
+    results: list[dict[str, Any]] = []
+    with tempfile.TemporaryDirectory(prefix="rmp-bench-") as tmp, Progress(
+        TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+        console=err, transient=True,
+    ) as progress:
+        task = progress.add_task("starting", total=len(cases))
+        runner = Bench(Path(tmp), seconds=seconds, guard=guard, bind=bind,
+                       progress=lambda text: progress.update(task, description=text))
+        try:
+            for case in cases:
+                results.append(runner.run(case))
+                progress.advance(task)
+        except BenchError as exc:
+            err.print(f"[red]benchmark failed:[/red] {exc}", soft_wrap=True)
+            raise typer.Exit(1) from None
+        finally:
+            runner.close()
+    render(results, Console(stderr=json_out))
+    if json_out:
+        machine = {"cpus": _cpu_count(), "cpu": _cpu_model(), "python": platform.python_version()}
+        body = results[0] if len(results) == 1 else {"cases": results}
+        typer.echo(json.dumps({**body, "machine": machine}))
+
+
+def _cpu_count() -> int:
+    import os
+
+    return len(os.sched_getaffinity(0))
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor()

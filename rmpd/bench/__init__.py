@@ -1,0 +1,1 @@
+"""`rmp bench`: real rmpd processes measured against raw UDP multicast through the same socket layer."""

@@ -1,0 +1,309 @@
+"""Run benchmark cases: real rmpd daemons, worker processes (rmpd.bench.worker), and the raw-multicast baseline.
+
+Every case is measured beside its baseline in the same run: the baseline is raw UDP multicast, one sender and one
+receiving process per member, through the same socket layer the daemon uses, with the same message size.  Rates
+are messages received per second per member, counted inside a common window after a warm-up; CPU seconds per
+delivered message add up every process of the case (daemons and clients), read from /proc, which is steadier than
+wall-clock rates on a shared machine.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import queue
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import IO, Any
+
+from rmpd.daemon.auth import generate_key_file
+
+from .daemons import DaemonProcess, process_cpu_seconds
+from .worker import JOIN_INTERVAL, JOIN_RETRIES
+
+WARMUP = 1.0
+"""Seconds of traffic before the counting window opens (slow start, joins settling)."""
+READY_TIMEOUT = 30.0
+BASELINE_ADDRESS = "239.255.91.1"
+BASELINE_PORT = 45001
+LATENCY_SECONDS = 2.0
+
+
+class BenchError(RuntimeError):
+    """A worker or daemon failed; the message says which and shows its output."""
+
+
+@dataclass(frozen=True)
+class Case:
+    members: int
+    senders: int
+    size: int
+    qos: str
+    embedded: bool = False
+
+    def label(self) -> str:
+        where = "embedded" if self.embedded else "daemons"
+        return f"{self.members} members, {self.senders} sender(s), {self.size} B, {self.qos}, {where}"
+
+
+class Worker:
+    """A ``python -m rmpd.bench.worker`` process: ready line, window line on stdin, result line."""
+
+    def __init__(self, workdir: Path, name: str, role: str, *args: str) -> None:
+        self.name = name
+        self.err_path = workdir / f"{name}.err"
+        self._err = open(self.err_path, "w")  # noqa: SIM115 - closed in finish()
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "rmpd.bench.worker", role, *args],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._err, text=True,
+        )
+        self._lines: queue.Queue[str] = queue.Queue()
+        threading.Thread(target=self._read_lines, daemon=True).start()
+
+    def _read_lines(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self._lines.put(line)
+        self._lines.put("")
+
+    def _line(self, timeout: float) -> dict[str, Any]:
+        try:
+            line = self._lines.get(timeout=timeout)
+        except queue.Empty:
+            self.kill()
+            raise BenchError(f"worker {self.name} gave no answer in {timeout:.0f} s:\n{self._errors()}") from None
+        if not line:
+            self.proc.wait()
+            raise BenchError(f"worker {self.name} exited ({self.proc.returncode}):\n{self._errors()}")
+        return json.loads(line)
+
+    def ready(self, timeout: float = READY_TIMEOUT) -> None:
+        """Wait for the ready line (skipping the joined line, if not read yet)."""
+        while "ready" not in self._line(timeout):
+            pass
+
+    def joined(self, timeout: float = READY_TIMEOUT) -> None:
+        self._line(timeout)
+
+    def start(self, begin: float, end: float) -> None:
+        stdin: IO[str] | None = self.proc.stdin
+        assert stdin is not None
+        stdin.write(f"{begin} {end}\n")
+        stdin.flush()
+
+    def result(self, timeout: float) -> dict[str, Any]:
+        result = self._line(timeout)
+        self.proc.wait(timeout=10)
+        self._err.close()
+        return result
+
+    def cpu_seconds(self) -> float:
+        return process_cpu_seconds(self.proc.pid)
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        self._err.close()
+
+    def _errors(self) -> str:
+        return self.err_path.read_text()[-4000:]
+
+
+def percentile(values: list[float], fraction: float) -> float | None:
+    if not values:
+        return None
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))]
+
+
+class Bench:
+    """Daemons started once and reused (a fresh group per case); baselines cached per (size, members)."""
+
+    def __init__(self, workdir: Path, *, seconds: float, guard: str = "none", bind: str = "127.0.0.1",
+                 progress: Callable[[str], None] = lambda text: None) -> None:
+        self.workdir = workdir
+        self.seconds = seconds
+        self.guard = guard
+        self.bind = bind
+        self.progress = progress
+        self.daemons: list[DaemonProcess] = []
+        self._baselines: dict[tuple[int, int], dict[str, Any]] = {}
+        self._groups = itertools.count(1)
+        self._workers = itertools.count(1)
+        self.key_path: Path | None = None
+        if guard != "none":
+            self.key_path = workdir / "group.key"
+            generate_key_file(self.key_path)
+
+    def close(self) -> None:
+        for daemon in self.daemons:
+            daemon.stop()
+        self.daemons.clear()
+
+    def _daemon_config(self) -> Path:
+        path = self.workdir / "rmpd.toml"
+        path.write_text(f"[timers]\nrequest_interval = {JOIN_INTERVAL}\njoin_retries = {JOIN_RETRIES}\n")
+        return path
+
+    def _guard_args(self) -> list[str]:
+        if self.key_path is None:
+            return []
+        return ["--auth-key", str(self.key_path)] + (["--encrypt"] if self.guard == "encrypt" else [])
+
+    def _ensure_daemons(self, count: int) -> list[DaemonProcess]:
+        while len(self.daemons) < count:
+            self.progress(f"starting daemon {len(self.daemons) + 1}")
+            self.daemons.append(DaemonProcess(self.workdir, f"d{len(self.daemons) + 1}", bind=self.bind,
+                                              extra=self._guard_args(), log_level="warning",
+                                              config=self._daemon_config()))
+        return self.daemons[:count]
+
+    def _worker(self, role: str, *args: str) -> Worker:
+        return Worker(self.workdir, f"w{next(self._workers)}-{role}", role, *args)
+
+    def _group_workers(self, specs: list[tuple[str, list[str]]]) -> list[Worker]:
+        """Start the group's workers: the first founds the group, the rest join it once it exists (members
+        that all start a new group at once would each found one of their own)."""
+        first = self._worker(specs[0][0], *specs[0][1])
+        try:
+            first.joined()
+        except BaseException:
+            first.kill()
+            raise
+        return [first, *(self._worker(role, *args) for role, args in specs[1:])]
+
+    def _window(self, workers: list[Worker], processes: list[Callable[[], float]],
+                seconds: float) -> tuple[float, float]:
+        """Open the common window; returns (window seconds, CPU seconds of ``processes`` inside it)."""
+        begin = time.time() + WARMUP
+        end = begin + seconds
+        for w in workers:
+            w.start(begin, end)
+        time.sleep(max(0.0, begin - time.time()))
+        cpu_before = sum(f() for f in processes)
+        time.sleep(max(0.0, end - time.time()))
+        cpu_after = sum(f() for f in processes)
+        return end - begin, cpu_after - cpu_before
+
+    def _collect(self, workers: list[Worker], seconds: float) -> list[dict[str, Any]]:
+        try:
+            return [w.result(timeout=seconds + 30) for w in workers]
+        finally:
+            for w in workers:
+                w.kill()
+
+    # ------------------------------------------------------------------------------------------------------------
+
+    def baseline(self, size: int, members: int) -> dict[str, Any]:
+        """Raw multicast: one sending process, one receiving process per member."""
+        key = (size, members)
+        if key in self._baselines:
+            return self._baselines[key]
+        self.progress(f"baseline: raw UDP multicast, {size} B, {members} receivers")
+        common = ["--address", BASELINE_ADDRESS, "--port", str(BASELINE_PORT), "--bind", self.bind]
+        receivers = [self._worker("raw-recv", *common) for _ in range(members)]
+        sender = self._worker("raw-send", *common, "--size", str(size))
+        workers = [*receivers, sender]
+        try:
+            for w in workers:
+                w.ready()
+            window, cpu = self._window(workers, [w.cpu_seconds for w in workers], self.seconds)
+        except BaseException:
+            for w in workers:
+                w.kill()
+            raise
+        results = self._collect(workers, self.seconds)
+        delivered = [r["delivered"] for r in results[:-1]]
+        total = sum(delivered)
+        baseline = {
+            "baseline_msgs_per_s": statistics.fmean(delivered) / window,
+            "baseline_sent_per_s": results[-1]["sent"] / window,
+            "baseline_cpu_s_per_msg": cpu / total if total else None,
+        }
+        self._baselines[key] = baseline
+        return baseline
+
+    def run(self, case: Case) -> dict[str, Any]:
+        baseline = self.baseline(case.size, case.members)
+        group = f"bench-{next(self._groups)}"
+        common = ["--group", group, "--members", str(case.members), "--qos", case.qos, "--size", str(case.size),
+                  "--bind", self.bind]
+        daemons: list[DaemonProcess] = [] if case.embedded else self._ensure_daemons(case.members)
+        if case.embedded:
+            where = ["--embedded"] + (["--auth-key", str(self.key_path)] if self.key_path else [])
+            where += ["--encrypt"] if self.guard == "encrypt" else []
+            specs = [("member", [*common, *where, "--count", *(["--send"] if i < case.senders else [])])
+                     for i in range(case.members)]
+        else:
+            specs = [("member", [*common, "--socket", str(d.socket), "--count"]) for d in daemons]
+            specs += [("member", [*common, "--socket", str(daemons[i % case.members].socket), "--send"])
+                      for i in range(case.senders)]
+        self.progress(f"{case.label()}: joining")
+        workers = self._group_workers(specs)
+        members = workers[:case.members]
+        try:
+            for w in workers:
+                w.ready()
+            self.progress(f"{case.label()}: measuring {self.seconds:g} s")
+            window, cpu = self._window(workers, [w.cpu_seconds for w in workers] + [d.cpu_seconds for d in daemons],
+                                       self.seconds)
+        except BaseException:
+            for w in workers:
+                w.kill()
+            raise
+        results = self._collect(workers, self.seconds)
+        delivered = [r["delivered"] for r in results[:len(members)]]
+        total = sum(delivered)
+        msgs_per_s = statistics.fmean(delivered) / window
+        self.progress(f"{case.label()}: latency")
+        rtts = self._latency(case, group, daemons)
+        one_way_ms = [rtt / 2 * 1000 for rtt in rtts]
+        result: dict[str, Any] = {
+            **asdict(case), "guard": self.guard, "seconds": round(window, 3),
+            "msgs_per_s": msgs_per_s,
+            **baseline,
+            "ratio": msgs_per_s / baseline["baseline_msgs_per_s"] if baseline["baseline_msgs_per_s"] else None,
+            "sent": sum(r["sent"] for r in results),
+            "delivered": delivered,
+            "cpu_s_per_msg": cpu / total if total else None,
+            "p50_ms": percentile(one_way_ms, 0.5),
+            "p99_ms": percentile(one_way_ms, 0.99),
+            "latency_samples": len(one_way_ms),
+            "peak_rss_kib": [d.peak_rss_kib() for d in daemons],
+        }
+        return result
+
+    def _latency(self, case: Case, group: str, daemons: list[DaemonProcess]) -> list[float]:
+        """Ping-pong between two members at light load: one message in flight; returns round trips (s)."""
+        common = ["--group", f"{group}-ping", "--qos", case.qos, "--size", str(min(case.size, 1000)),
+                  "--bind", self.bind]
+        if case.embedded:
+            where = [["--embedded"] + (["--auth-key", str(self.key_path)] if self.key_path else [])
+                     + (["--encrypt"] if self.guard == "encrypt" else [])] * case.members
+        else:
+            where = [["--socket", str(d.socket)] for d in daemons]
+        if case.members == 1:
+            return []
+        workers = self._group_workers([
+            ("pong", [*common, *where[1]]),
+            *(("member", [*common, *w]) for w in where[2:]),  # the rest of the group, idle
+            ("ping", [*common, *where[0], "--members", str(case.members)]),
+        ])
+        try:
+            for w in workers:
+                w.ready()
+            seconds = min(LATENCY_SECONDS, self.seconds)
+            self._window(workers, [], seconds)
+        except BaseException:
+            for w in workers:
+                w.kill()
+            raise
+        results = self._collect(workers, seconds)
+        return list(results[-1]["rtts"])

@@ -1,0 +1,214 @@
+"""One process of a benchmark run: ``python -m rmpd.bench.worker ROLE ...``.
+
+Goodput is counted where applications receive it: in client processes connected to a daemon through the client
+library (or running the embedded engine), never inside the daemon.  Each worker sets itself up, prints one JSON
+line ``{"joined": true}`` once in the group (raw roles skip it), one ``{"ready": true}`` once the whole group is
+there, then waits for one line on stdin, ``BEGIN END`` (wall-clock seconds), counts what happens
+inside that window, and prints one JSON line with its result.  All workers of a run share the host's clock.
+
+Roles:
+  raw-send / raw-recv    the baseline: UDP multicast datagrams through the daemon's own socket layer, no protocol
+  member                 rmpd goodput through the client library (``--socket``) or an embedded node (``--embedded``):
+                         sends (``--send``) and/or counts deliveries (``--count``)
+  ping / pong            latency at light load: one message out, the answer back, one at a time
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import trio
+
+import rmpd
+from rmpd.client.group import Group
+from rmpd.daemon.sockets import MAX_DATAGRAM, open_multicast, open_unicast
+from rmpd.protocol.config import EngineConfig
+from rmpd.protocol.qos import QoS
+
+RAW_BATCH = 64
+"""Datagrams read or sent between checks of the clock, as the daemon's receive loop batches them."""
+SEND_TASKS = 32
+"""Sends a client keeps in flight, so the Unix-socket round trip is not what limits a sender."""
+PING_PREFIX, PONG_PREFIX = b"P", b"R"
+JOIN_INTERVAL, JOIN_RETRIES = 0.1, 3
+"""A benchmark's group is new: its first member looks for an existing one only briefly before founding it."""
+
+
+def emit(obj: dict[str, Any]) -> None:
+    print(json.dumps(obj), flush=True)
+
+
+async def wait_for_window() -> tuple[float, float]:
+    line = await trio.to_thread.run_sync(sys.stdin.readline)
+    begin, end = (float(x) for x in line.split())
+    return begin, end
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Baseline: raw UDP multicast
+
+
+async def raw_send(args: argparse.Namespace) -> None:
+    sock = open_unicast(args.bind, 0, 1)
+    payload = b"x" * args.size
+    emit({"ready": True})
+    _begin, end = await wait_for_window()
+    sent = dropped = 0
+    while time.time() < end:
+        for _ in range(RAW_BATCH):
+            try:
+                sock.sendto(payload, (args.address, args.port))
+                sent += 1
+            except BlockingIOError:
+                dropped += 1
+                await trio.lowlevel.wait_writable(sock)
+        await trio.lowlevel.checkpoint()
+    sock.close()
+    emit({"sent": sent, "send_blocked": dropped})
+
+
+async def raw_recv(args: argparse.Namespace) -> None:
+    sock = open_multicast(args.address, args.port, args.bind)
+    emit({"ready": True})
+    begin, end = await wait_for_window()
+    counted = 0
+    with trio.move_on_at(trio.current_time() + (end - time.time())):
+        while True:
+            await trio.lowlevel.wait_readable(sock)
+            now = time.time()
+            for _ in range(RAW_BATCH):
+                try:
+                    sock.recvfrom(MAX_DATAGRAM)
+                except BlockingIOError:
+                    break
+                if begin <= now < end:
+                    counted += 1
+    sock.close()
+    emit({"delivered": counted, "seconds": end - begin})
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# rmpd through the client library or an embedded node
+
+
+@asynccontextmanager
+async def joined(args: argparse.Namespace) -> AsyncIterator[Group]:
+    """Join the group through the local daemon, or as an embedded node of its own."""
+    if args.embedded:
+        config = EngineConfig(request_interval=JOIN_INTERVAL, join_retries=JOIN_RETRIES)
+        async with rmpd.Node(bind=args.bind, port=0, auth_key=args.auth_key, encrypt=args.encrypt,
+                             config=config) as node:
+            group = await node.join(args.group)
+            emit({"joined": True})
+            yield group
+    else:
+        async with rmpd.connect(Path(args.socket)) as client:
+            group = await client.join(args.group)
+            emit({"joined": True})
+            yield group
+
+
+async def wait_members(group: Group, count: int) -> None:
+    while len(await group.members()) < count:
+        await trio.sleep(0.05)
+
+
+async def member(args: argparse.Namespace) -> None:
+    """Send as fast as the group takes messages (``--send``) and/or count deliveries (``--count``)."""
+    qos = QoS.parse(args.qos)
+    payload = b"x" * args.size
+    async with joined(args) as group:
+        await wait_members(group, args.members)
+        emit({"ready": True})
+        begin, end = await wait_for_window()
+        sent = counted = 0
+
+        async def sender() -> None:
+            nonlocal sent
+            while time.time() < end:
+                await group.send(payload, qos=qos)
+                sent += 1
+
+        async def reader() -> None:
+            # A sender reads its group's events too, so its daemon never cuts it off as a slow consumer.
+            nonlocal counted
+            async for event in group:
+                if args.count and isinstance(event, rmpd.Delivery) and begin <= time.time() < end:
+                    counted += 1
+
+        with trio.move_on_at(trio.current_time() + (end - time.time()) + 0.2):
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(reader)
+                if args.send:
+                    for _ in range(SEND_TASKS):
+                        nursery.start_soon(sender)
+    emit({"sent": sent, "delivered": counted, "seconds": end - begin})
+
+
+async def ping(args: argparse.Namespace) -> None:
+    qos = QoS.parse(args.qos)
+    pad = b"x" * max(0, args.size - 9)
+    async with joined(args) as group:
+        await wait_members(group, args.members)
+        emit({"ready": True})
+        _begin, end = await wait_for_window()
+        rtts: list[float] = []
+        events = group.__aiter__()
+        with trio.move_on_at(trio.current_time() + (end - time.time()) + 5.0):
+            n = 0
+            while time.time() < end:
+                n += 1
+                tag = n.to_bytes(8, "big")
+                started = time.perf_counter()
+                await group.send(PING_PREFIX + tag + pad, qos=qos)
+                async for event in events:
+                    if isinstance(event, rmpd.Delivery) and event.payload[:9] == PONG_PREFIX + tag:
+                        rtts.append(time.perf_counter() - started)
+                        break
+    emit({"rtts": rtts})
+
+
+async def pong(args: argparse.Namespace) -> None:
+    qos = QoS.parse(args.qos)
+    async with joined(args) as group:
+        emit({"ready": True})
+        _begin, end = await wait_for_window()
+        with trio.move_on_at(trio.current_time() + (end - time.time()) + 5.0):
+            async for event in group:
+                if isinstance(event, rmpd.Delivery) and event.payload[:1] == PING_PREFIX:
+                    await group.send(PONG_PREFIX + event.payload[1:], qos=qos)
+    emit({"done": True})
+
+
+ROLES = {"raw-send": raw_send, "raw-recv": raw_recv, "member": member, "ping": ping, "pong": pong}
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m rmpd.bench.worker")
+    parser.add_argument("role", choices=sorted(ROLES))
+    parser.add_argument("--socket", help="the daemon's client socket")
+    parser.add_argument("--embedded", action="store_true", help="run the engine in this process instead")
+    parser.add_argument("--bind", default="127.0.0.1", help="interface address (raw roles and --embedded)")
+    parser.add_argument("--group", default="bench")
+    parser.add_argument("--members", type=int, default=1, help="wait for a view this large before starting")
+    parser.add_argument("--qos", default="total")
+    parser.add_argument("--size", type=int, default=1000)
+    parser.add_argument("--address", help="multicast address (raw roles)")
+    parser.add_argument("--port", type=int, default=0, help="multicast port (raw roles)")
+    parser.add_argument("--send", action="store_true", help="member: send as fast as the group takes messages")
+    parser.add_argument("--count", action="store_true", help="member: count deliveries inside the window")
+    parser.add_argument("--auth-key", help="group key file (--embedded)")
+    parser.add_argument("--encrypt", action="store_true", help="encrypt bodies too (--embedded)")
+    args = parser.parse_args(argv)
+    trio.run(ROLES[args.role], args)
+
+
+if __name__ == "__main__":
+    main()

@@ -120,7 +120,8 @@ def bench(
             raise typer.Exit(1) from None
         finally:
             runner.close()
-    render(results, Console(stderr=json_out))
+    out = Console(stderr=json_out)
+    render(results, out if out.is_terminal else Console(stderr=json_out, width=200))
     if json_out:
         machine = {"cpus": _cpu_count(), "cpu": _cpu_model(), "python": platform.python_version()}
         body = results[0] if len(results) == 1 else {"cases": results}

@@ -38,7 +38,8 @@ def sim(
         int | None, typer.Option(min=0, help="How many members send (the first K) [default: min(3, members)].")
     ] = None,
     messages: Annotated[int, typer.Option(min=0, help="Messages per sender.")] = 100,
-    size: Annotated[int, typer.Option(min=0, max=60000, help="Payload bytes per message.")] = 100,
+    size: Annotated[int, typer.Option(min=0, max=16 * 1024 * 1024, help=(
+        "Payload bytes per message; above 16 KiB reliable messages travel as fragments."))] = 100,
     loss: Annotated[float, typer.Option(callback=_probability, help="Per-link datagram loss probability.")] = 0.0,
     dup: Annotated[float, typer.Option(callback=_probability, help="Per-link duplication probability.")] = 0.0,
     reorder: Annotated[float, typer.Option(callback=_probability, help="Per-link probability of extra delay.")] = 0.0,

@@ -15,7 +15,7 @@ class Delivery:
     source: str
     """Sender's process ID (``ip:port``)."""
     seq: int
-    """Per-source sequence number."""
+    """Per-source sequence number of the packet that carried the message (see ``index``)."""
     qos: QoS
     timestamp: int | None
     """Global timestamp (always set for totally ordered levels and above)."""
@@ -23,6 +23,9 @@ class Delivery:
     """Membership view ID, ``creator-ip:port/counter``."""
     group: str = ""
     handler: int | None = None
+    index: int = 0
+    """Position in its packet: under load small messages are packed, and share the packet's ``seq``; (source,
+    seq, index) identifies a message."""
 
 
 @dataclass(frozen=True, slots=True)

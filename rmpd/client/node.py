@@ -19,6 +19,7 @@ from rmpd.daemon.config import interface_address, loopback_interface
 from rmpd.daemon.journal import FlushingJournal
 from rmpd.daemon.shell import ProcessShell
 from rmpd.protocol.config import EngineConfig
+from rmpd.protocol.engine import MessageTooLarge
 from rmpd.protocol.events import Delivery as EngineDelivery
 from rmpd.protocol.events import Event as EngineEvent
 from rmpd.protocol.events import JoinFailed, Left, LockResult, ViewInstalled
@@ -137,6 +138,8 @@ class Node:
             seq = shell.send(group, payload, qos, handler)
         except NotMember as exc:
             raise RmpdError("not-member", str(exc)) from None
+        except MessageTooLarge as exc:
+            raise RmpdError("message-too-large", str(exc)) from None
         if seq is None:
             raise RmpdError("send-refused", f"this node is leaving {group!r}")
         await trio.lowlevel.checkpoint()
@@ -181,7 +184,7 @@ class Node:
         if isinstance(event, EngineDelivery):
             if group is not None and not group._feed(Delivery(
                     payload=event.payload, source=event.src, seq=event.seq, qos=event.qos, timestamp=event.ts,
-                    view=str(event.view), group=event.group, handler=event.handler)):
+                    view=str(event.view), group=event.group, handler=event.handler, index=event.index)):
                 group._end(RmpdError("slow-consumer", f"the reader of {event.group!r} fell too far behind"))
         elif isinstance(event, ViewInstalled):
             if group is not None:

@@ -24,6 +24,7 @@ from rmpd.protocol.config import EngineConfig
 from rmpd.protocol.naming import DEFAULT_RANGE
 
 from .auth import AuthKeyError, DatagramGuard, load_key_file
+from .frames import DEFAULT_MAX_FRAME
 
 DEFAULT_PORT = 7000
 SYSTEM_SOCKET = Path("/run/rmpd/rmpd.sock")
@@ -67,7 +68,7 @@ class DaemonConfig:
     runtime_dir_mode: int = 0o750
     client_queue: int = 10_000
     """Frames queued for one local client before it is cut off as a slow consumer."""
-    max_frame: int = 1024 * 1024
+    max_frame: int = DEFAULT_MAX_FRAME
     auth_key: Path | None = None
     """Group key file (``rmpd keygen``): every datagram sent carries a MAC, every one received must."""
     auth_key_previous: Path | None = None

@@ -14,7 +14,8 @@ import msgpack
 import trio
 
 HEADER = struct.Struct(">I")
-DEFAULT_MAX_FRAME = 1024 * 1024
+DEFAULT_MAX_FRAME = 17 * 1024 * 1024
+"""Room for the largest message (16 MiB, ``EngineConfig.max_message``) and its request fields."""
 
 
 class FrameError(Exception):

@@ -19,6 +19,7 @@ from typing import Any
 
 from rmpd.protocol.events import Delivery, Event, JoinFailed, Left, LockResult, SendRefused, ViewInstalled
 from rmpd.protocol.process import NotMember
+from rmpd.protocol.qos import Level
 from rmpd.protocol.view import HANDLER_LOCKS
 
 from . import errors
@@ -37,6 +38,9 @@ PERSISTENT = "persistent"
 
 Owner = Session | str | None
 
+DELIVERY_FRAME_BYTES = 4 * 1024 * 1024
+"""Payload bytes gathered into one deliveries frame before another is started."""
+
 
 class Hub:
     def __init__(self, shell: ProcessShell, socket_path: str) -> None:
@@ -50,10 +54,13 @@ class Hub:
         self.lock_owner: dict[tuple[str, int], Owner] = {}
         """Locks this daemon holds per group, and the local client each belongs to (None once it went away)."""
         self.shutting_down = False
-        self.send_waiters: dict[str, list[tuple[Session, Any, int]]] = defaultdict(list)
+        self.send_waiters: dict[str, list[tuple[Session, Any, dict[str, Any]]]] = defaultdict(list)
         """Sends accepted while the group's backlog was full, answered once it has room again."""
         self.stats: dict[str, int] = defaultdict(int)
         shell.on_event = self.on_event
+        self.deliveries: dict[str, list[list[Any]]] = defaultdict(list)
+        """Deliveries of the current drain per group, not yet pushed to clients."""
+        shell.after_drain.append(self._send_deliveries)
         shell.after_drain.append(self._answer_delayed_sends)
 
     # ------------------------------------------------------------------------------------------------------------
@@ -173,29 +180,48 @@ class Hub:
             self._leave_group(group)
         return {"daemon_left": group not in self.attached and group not in self.persistent}
 
-    def _op_send(self, session: Session, request: Request) -> dict[str, Any]:
+    def _op_send(self, session: Session, request: Request) -> dict[str, Any] | None:
+        return self._send(session, request, [request.payload])
+
+    def _op_send_batch(self, session: Session, request: Request) -> dict[str, Any] | None:
+        """Several messages in one request (the client library coalesces concurrent sends): one answer with
+        every sequence number, in order."""
+        assert request.payloads is not None
+        return self._send(session, request, request.payloads)
+
+    def _send(self, session: Session, request: Request, payloads: list[bytes]) -> dict[str, Any] | None:
         group = request.group
         if not self.shell.is_member(group):
             raise RequestError(errors.NOT_MEMBER, f"the daemon is not in a view of {group!r} (join it first)")
         if request.handler is not None and not 0 <= request.handler < HANDLER_LOCKS:
             raise RequestError(errors.BAD_REQUEST, f"handler must be 0..{HANDLER_LOCKS - 1}")
-        seq = self.shell.send(group, request.payload, request.qos, request.handler)
-        if seq is None:
+        limits = self.shell.process.config
+        for payload in payloads:  # checked before any is accepted: a batch is taken whole or refused whole
+            if len(payload) > limits.max_message:
+                raise RequestError(errors.MESSAGE_TOO_LARGE, f"a message is at most {limits.max_message} bytes; "
+                                                             f"this one has {len(payload)}")
+            if request.qos.level == Level.UNRELIABLE and len(payload) > limits.max_packet:
+                raise RequestError(errors.MESSAGE_TOO_LARGE, f"an unreliable message must fit one packet "
+                                                             f"({limits.max_packet} bytes)")
+        seqs = self.shell.send_many(group, payloads, request.qos, request.handler)
+        if seqs is None:
             raise RequestError(errors.SEND_REFUSED, f"the daemon is leaving {group!r}")
-        self.stats["sends"] += 1
+        self.stats["sends"] += len(seqs)
+        self.stats["send_requests"] += 1
+        answer = {"seq": seqs[0]} if request.payloads is None else {"seqs": seqs}
         if not self.shell.has_room(group):
             # Accepted and queued in order, but the answer waits until the ring has taken some of the backlog:
             # this is how a client faster than the ring is slowed down.
             self.stats["sends_delayed"] += 1
-            self.send_waiters[group].append((session, request.id, seq))
+            self.send_waiters[group].append((session, request.id, answer))
             return None
-        return {"seq": seq}
+        return answer
 
     def _answer_delayed_sends(self) -> None:
         """After each drain: answer parked sends of groups whose backlog went down (or that are gone)."""
         for group in [g for g, waiters in self.send_waiters.items() if waiters and self.shell.has_room(g)]:
-            for session, rid, seq in self.send_waiters.pop(group):
-                session.push({"id": rid, "ok": True, "seq": seq})
+            for session, rid, answer in self.send_waiters.pop(group):
+                session.push({"id": rid, "ok": True, **answer})
 
     def _op_members(self, session: Session, request: Request) -> dict[str, Any]:
         view = self.shell.process.view(request.group)
@@ -247,12 +273,14 @@ class Hub:
 
     def on_event(self, event: Event) -> None:
         if isinstance(event, Delivery):
-            self._fan_out(event.group, {
-                "event": "deliver", "group": event.group, "src": event.src, "seq": event.seq,
-                "qos": event.qos.name(), "ts": event.ts, "view": str(event.view), "payload": event.payload,
-                "handler": event.handler,
-            })
-        elif isinstance(event, ViewInstalled):
+            # Gathered and sent as one frame per group after the drain: a busy group costs one frame per batch.
+            self.deliveries[event.group].append([
+                event.src, event.seq, event.qos.name(), event.ts, str(event.view), event.payload, event.handler,
+                event.index,
+            ])
+            return
+        self._send_deliveries(event.group)  # whatever was delivered before this event goes first
+        if isinstance(event, ViewInstalled):
             members = list(event.members)
             self._fan_out(event.group, {"event": "view", "group": event.group, "view": str(event.view),
                                         "members": members, "ts": event.ts})
@@ -269,6 +297,17 @@ class Hub:
         elif isinstance(event, SendRefused):
             self.stats["sends_refused"] += 1
             log.warning("send refused in %s: %s", event.group, event.reason)
+
+    def _send_deliveries(self, group: str | None = None) -> None:
+        """Push gathered deliveries (of one group, or of all) to the group's clients, in delivery order."""
+        for name in [group] if group is not None else list(self.deliveries):
+            messages = self.deliveries.pop(name, [])
+            start = size = 0
+            for i, message in enumerate(messages):
+                size += len(message[5])
+                if size >= DELIVERY_FRAME_BYTES or i == len(messages) - 1:
+                    self._fan_out(name, {"event": "deliveries", "group": name, "messages": messages[start:i + 1]})
+                    start, size = i + 1, 0
 
     def _fan_out(self, group: str, message: dict[str, Any]) -> None:
         for session in list(self.attached.get(group, ())):

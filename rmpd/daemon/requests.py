@@ -16,6 +16,8 @@ from .errors import RequestError
 
 MAX_GROUP_NAME = 255
 MAX_LOCK = 1 << 31
+MAX_BATCH = 4096
+"""Messages one send_batch request may carry."""
 
 
 @dataclass
@@ -24,6 +26,7 @@ class Request:
     id: Any = None
     group: str = ""
     payload: bytes = b""
+    payloads: list[bytes] | None = None
     qos: QoS = QoS.TOTAL
     handler: int | None = None
     lock: int = 0
@@ -40,14 +43,16 @@ OPS: dict[str, tuple[set[str], set[str]]] = {
     "join": ({"group"}, {"ttl", "min_partition", "persist", "existing_only"}),
     "leave": ({"group"}, {"persist"}),
     "send": ({"group", "payload"}, {"qos", "handler"}),
+    "send_batch": ({"group", "payloads"}, {"qos", "handler"}),
     "members": ({"group"}, set()),
     "lock": ({"group", "lock"}, {"persist"}),
     "unlock": ({"group", "lock"}, {"persist"}),
 }
 
 FIELD_TYPES: dict[str, tuple[type, ...]] = {
-    "group": (str,), "payload": (bytes,), "qos": (str,), "handler": (int, type(None)), "lock": (int,),
-    "ttl": (int, type(None)), "min_partition": (int, type(None)), "persist": (bool,), "existing_only": (bool,),
+    "group": (str,), "payload": (bytes,), "payloads": (list,), "qos": (str,), "handler": (int, type(None)),
+    "lock": (int,), "ttl": (int, type(None)), "min_partition": (int, type(None)), "persist": (bool,),
+    "existing_only": (bool,),
 }
 
 
@@ -83,6 +88,10 @@ def parse_request(frame: dict[str, Any]) -> Request:
             values["qos"] = QoS.parse(values["qos"])
         except ValueError as exc:
             raise RequestError(errors.BAD_REQUEST, str(exc)) from None
+    if "payloads" in values:
+        payloads = values["payloads"]
+        if not 0 < len(payloads) <= MAX_BATCH or not all(type(p) is bytes for p in payloads):
+            raise RequestError(errors.BAD_REQUEST, f"payloads must be a list of 1..{MAX_BATCH} byte strings")
     if "lock" in values and not 0 <= values["lock"] < MAX_LOCK:
         raise RequestError(errors.BAD_REQUEST, f"lock must be 0..{MAX_LOCK - 1}")
     if values.get("ttl") is not None and not 0 <= values["ttl"] <= 255:

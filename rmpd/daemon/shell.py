@@ -109,6 +109,7 @@ class ProcessShell:
 
     async def _receive_loop(self, sock: socket.socket, kind: str) -> None:
         where = "{}:{}".format(*sock.getsockname()[:2])
+        own = (self.ip, self.port)
         while True:
             await trio.lowlevel.wait_readable(sock)
             now = trio.current_time()
@@ -121,6 +122,9 @@ class ProcessShell:
                     self.stats["receive_errors"] += 1
                     break
                 self.stats[f"datagrams_received_{kind}"] += 1
+                if addr == own:  # our own multicast, looped back so other processes on this host hear it
+                    self.stats["own_echo"] += 1
+                    continue
                 source = f"{addr[0]}:{addr[1]}"
                 packet = self.guard.open(data, source, where)
                 if packet is not None:
@@ -164,6 +168,19 @@ class ProcessShell:
         seq = self.process.send(group, payload, qos, trio.current_time(), handler)
         self.drain()
         return seq
+
+    def send_many(self, group: str, payloads: list[bytes], qos: QoS, handler: int | None = None) -> list[int] | None:
+        """Send several messages in order with one drain; None when the group refuses them (it is being left:
+        that holds for all of them, since nothing else runs in between)."""
+        now = trio.current_time()
+        seqs = []
+        for payload in payloads:
+            seq = self.process.send(group, payload, qos, now, handler)
+            if seq is None:
+                break
+            seqs.append(seq)
+        self.drain()
+        return seqs if len(seqs) == len(payloads) else None
 
     def has_room(self, group: str) -> bool:
         """May another message be queued for ``group`` without exceeding SEND_BACKLOG?"""

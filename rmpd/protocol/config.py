@@ -22,7 +22,17 @@ class EngineConfig:
     stall_timeout: float = 1.5
     """With undelivered messages and no new ACK for this long, ask for anything beyond the last known ACK."""
     window_packets: int = 64
-    """Unordered own packets in flight before further sends queue inside the engine."""
+    """Own packets in flight (sent, not yet ordered) at most, whatever the byte window allows."""
+    min_packet: int = 1024
+    """MIN_PACKET of figure 4.2: the window never shrinks below it, and packing always allows this much."""
+    max_packet: int = 16384
+    """MAX_PACKET of figure 4.2: packing gathers small messages into packets of at most this many bytes."""
+    max_message: int = 16 * 1024 * 1024
+    """Largest application message; larger than ``max_packet``, it travels as fragments and is delivered whole."""
+    initial_window: int = 16384
+    """Bytes in flight a sender starts with; slow start grows it from there (section 4.6)."""
+    max_window: int = 1 << 20
+    """The byte window's ceiling."""
     max_ack_ids: int = 64
     """Data packets one ACK orders at most."""
     retransmit_burst: int = 16

@@ -23,6 +23,7 @@ from typing import Any, Protocol
 
 from .config import EngineConfig
 from .events import Delivery, Event, Left, LockResult, SendRefused, Transmit, ViewInstalled
+from .flow import RttEstimator, SendWindow
 from .ids import ProcessId, ViewCounter, ViewId
 from .membership import Change, apply_change
 from .orderingq import Conflict, OrderingQ, Slot, SlotKind, SlotState
@@ -32,6 +33,7 @@ from .packets import (
     Data,
     DataId,
     DecodeError,
+    Fragment,
     ListChangeRequest,
     Nack,
     NewList,
@@ -43,6 +45,7 @@ from .packets import (
     decode,
     encode,
 )
+from .packing import Queued
 from .qos import Level, QoS
 from .reformation import Reformation
 from .view import View
@@ -61,6 +64,10 @@ class Rng(Protocol):
     """The randomness the engine needs, passed in (a ``random.Random`` will do)."""
 
     def random(self) -> float: ...
+
+
+class MessageTooLarge(ValueError):
+    """A send the group cannot carry (over ``max_message``, or unreliable and over one packet)."""
 
 
 class Backoff:
@@ -171,8 +178,19 @@ class GroupEngine(Reformation):
         self.next_seq = 1 + dict(joined_by.seqs).get(pid, 0) if joined_by is not None else first_seq
         self.next_unreliable_seq = first_unreliable_seq
         self.outstanding: dict[int, Data] = {}
-        self.send_queue: deque[Data] = deque()
+        self.send_queue: deque[Queued] = deque()
         self.rto = Backoff(self.config.rto_initial, self.config.rto_max)
+        self.window = SendWindow(min_packet=self.config.min_packet, max_packet=self.config.max_packet,
+                                 initial=self.config.initial_window, max_window=self.config.max_window)
+        self.data_rtt = RttEstimator(self.config.rto_initial, self.config.rto_max)
+        """Send -> ordering time of our own packets: the data retransmission timer."""
+        self.pass_rtt = RttEstimator(self.config.rto_initial, self.config.rto_max)
+        """Token pass -> confirmation time: the ACK retransmission timer."""
+        self._first_sent: dict[int, float] = {}
+        """When each outstanding packet of ours was sent, for packets not retransmitted (Karn's rule)."""
+        self._pass_sent_at: float | None = None
+        self._reassembly: dict[ProcessId, list[bytes]] = {}
+        """Pieces of a fragmented message delivered so far, per source."""
 
         # NACKs and stall detection.
         self.nack_deadline: float | None = None
@@ -264,22 +282,57 @@ class GroupEngine(Reformation):
         if self.leaving or self.departed:
             self._events.append(SendRefused(self.group, "this process is leaving the group"))
             return None
+        if len(payload) > self.config.max_message:
+            raise MessageTooLarge(f"a message is at most {self.config.max_message} bytes; this one has {len(payload)}")
         if qos.level == Level.UNRELIABLE:
+            if len(payload) > self.config.max_packet:
+                raise MessageTooLarge(f"an unreliable message must fit one packet ({self.config.max_packet} bytes)")
             seq = self.next_unreliable_seq
             self.next_unreliable_seq += 1
             packet = Data(self.view.view_id, self.pid, seq, qos, handler, payload)
             self._multicast(packet, now)
             self._deliver(packet, None, now, holders=1)
             return seq
+        if len(payload) > self.config.max_packet:
+            return self._send_fragments(payload, qos, handler, now)
+        tail = self.send_queue[-1] if self.send_queue else None
+        if tail is not None and tail.takes(qos, handler, len(payload), self.window.packet_limit()):
+            # Under load (the window is full): pack into the packet waiting to go, so one datagram and one
+            # slot of the order carry many small messages.
+            tail.add(payload)
+            self.stats["packed"] += 1
+            return tail.seq
         seq = self.next_seq
         self.next_seq += 1
-        packet = Data(self.view.view_id, self.pid, seq, qos, handler, payload)
-        if len(self.outstanding) < self.config.window_packets:
-            self._transmit_new(packet, now)
-        else:
-            self.send_queue.append(packet)
+        self.send_queue.append(Queued(seq, qos, handler, [payload], len(payload)))
+        self._fill_window(now)
         self._progress(now)
         return seq
+
+    def _send_fragments(self, payload: bytes, qos: QoS, handler: int | None, now: float) -> int:
+        """A message larger than MAX_PACKET goes as pieces with consecutive sequence numbers; it is delivered
+        whole, at the place of its last piece, which is also the sequence number the sender gets.  Pieces of an
+        unordered message travel source ordered, so every member reassembles them in sequence."""
+        if qos.level == Level.UNORDERED:
+            qos = QoS(Level.SOURCE)
+        size = self.config.max_packet
+        count = -(-len(payload) // size)
+        for i in range(count):
+            chunk = payload[i * size:(i + 1) * size]
+            self.send_queue.append(Queued(self.next_seq, qos, handler, [chunk], len(chunk), more=i < count - 1,
+                                          first=i == 0))
+            self.next_seq += 1
+        self.stats["fragmented"] += 1
+        self._fill_window(now)
+        self._progress(now)
+        return self.next_seq - 1
+
+    def _fill_window(self, now: float) -> None:
+        """Send queued packets while the window (bytes and packets in flight) allows."""
+        queue = self.send_queue
+        while queue and len(self.outstanding) < self.config.window_packets and self.window.may_send(queue[0].size):
+            queued = queue.popleft()
+            self._transmit_new(queued.packet(self.view.view_id, self.pid), now)
 
     def receive_datagram(self, data: bytes, addr: ProcessId | None, now: float) -> None:
         """Handle one datagram from the network.  Nothing raised by hostile bytes escapes."""
@@ -299,7 +352,9 @@ class GroupEngine(Reformation):
             self.stats["own_echo"] += 1
             return
         if isinstance(packet, ListChangeRequest):
-            if packet.group == self.group and (packet.view is None or packet.view in self.known_views):
+            if self.departed:
+                self.stats["departed_ignored"] += 1
+            elif packet.group == self.group and (packet.view is None or packet.view in self.known_views):
                 self._on_request(packet, now)
                 self._progress(now)
             else:
@@ -338,7 +393,7 @@ class GroupEngine(Reformation):
         elif isinstance(packet, RECOVERY_PACKETS):
             self._on_recovery_packet(packet, now)
         elif isinstance(packet, Confirm):
-            self._on_confirm(packet)
+            self._on_confirm(packet, now)
         elif isinstance(packet, Nack):
             self._on_nack(packet, now)
         else:
@@ -415,20 +470,33 @@ class GroupEngine(Reformation):
     # Data
 
     def _transmit_new(self, packet: Data, now: float) -> None:
-        self.outstanding[packet.seq] = packet
+        self._add_outstanding(packet)
+        self._first_sent[packet.seq] = now
         if self.rto.deadline is None:
-            self.rto.start(now)
+            self._start_rto(now)
         self._multicast(packet, now)
         self._on_data(packet, now)
+
+    def _add_outstanding(self, packet: Data) -> None:
+        if packet.seq not in self.outstanding:
+            self.outstanding[packet.seq] = packet
+            self.window.sent(packet.size)
+
+    def _start_rto(self, now: float) -> None:
+        self.rto.initial = self.data_rtt.rto
+        self.rto.start(now)
 
     def _retransmit_own(self, now: float) -> None:
         if not self.outstanding:
             self.rto.stop()
             return
+        self.window.congested()
+        self.stats["window_halved_timeout"] += 1
         for i, packet in enumerate(self.outstanding.values()):
             if i >= self.config.retransmit_burst:
                 break
             self.stats["data_retransmits"] += 1
+            self._first_sent.pop(packet.seq, None)
             self._multicast(packet, now)
         self.rto.back_off(now)
 
@@ -496,9 +564,10 @@ class GroupEngine(Reformation):
                     del self.unordered[src]
             if src == self.pid:
                 self._own_ordered(seq, now)
-        self._token_moved(ack.src, ack.ts, ack.last_ts, ack.next_site, ack.quiet)
+        self._token_moved(ack.src, ack.ts, ack.last_ts, ack.next_site, ack.quiet, now)
 
-    def _token_moved(self, sender: ProcessId, ts: int, last_ts: int, next_site: ProcessId, quiet: int) -> None:
+    def _token_moved(self, sender: ProcessId, ts: int, last_ts: int, next_site: ProcessId, quiet: int,
+                     now: float) -> None:
         """An ACK or New List at ``ts`` passed the token from ``sender`` to ``next_site``."""
         self._learn_holds(sender, last_ts)
         if ts <= self.latest_ack_ts:
@@ -507,7 +576,7 @@ class GroupEngine(Reformation):
         self.last_ack_sender = sender
         self.token_site = next_site
         if self.pass_pending is not None and ts > self.pass_pending.ts:
-            self._pass_confirmed()
+            self._pass_confirmed(now)
         if next_site == self.pid and (sender != self.pid or self.view.size == 1):
             self.accept_target = (ts, last_ts, sender, quiet)
         else:
@@ -588,7 +657,7 @@ class GroupEngine(Reformation):
             elif request.op == "join" and change.changed:
                 self._unicast(request.src, nl, now)
             self.pass_pending = nl  # type: ignore[assignment]
-            self.pass_timer.start(now)
+            self._start_pass_timer(now)
             self._on_new_list(nl, now)
             return True
         return False
@@ -635,7 +704,7 @@ class GroupEngine(Reformation):
             self.view = new_view
             self.view_sizes.append((nl.ts, new_view.size))
         self._ask_again_if_lost(now)
-        self._token_moved(nl.src, nl.ts, nl.ts, nl.next_site, 0)
+        self._token_moved(nl.src, nl.ts, nl.ts, nl.next_site, 0, now)
 
     def _restart_source(self, member: ProcessId, base: int) -> None:
         """A process (re)joins: order its messages from ``base``+1 on, forgetting any older ones still unordered.
@@ -662,6 +731,8 @@ class GroupEngine(Reformation):
                 while self.src_next[member] in ahead:
                     ahead.discard(self.src_next[member])
                     self.src_next[member] += 1
+        for src in [s for s in self._reassembly if s not in view]:
+            del self._reassembly[src]  # its sender is gone: every member drops the same unfinished message
         if nl.new_view != self.app_view.view_id:
             self.app_view = view
             self._events.append(ViewInstalled(self.group, view.view_id, view.members, nl.ts))
@@ -772,7 +843,7 @@ class GroupEngine(Reformation):
             if self.pass_pending is not None and packet.ts > self.pass_pending.ts:
                 self._pass_confirmed()
         elif isinstance(packet, Confirm):
-            self._on_confirm(packet)
+            self._on_confirm(packet, now)
         elif isinstance(packet, Nack):
             self._on_nack(packet, now)
         self._check_finished(now)
@@ -799,23 +870,35 @@ class GroupEngine(Reformation):
             self._unicast(ack.src, Confirm(self.view.view_id, self.pid, ack.ts), now)
 
     def _own_ordered(self, seq: int, now: float) -> None:
-        if self.outstanding.pop(seq, None) is None:
+        packet = self.outstanding.pop(seq, None)
+        if packet is None:
             return
+        sent_at = self._first_sent.pop(seq, None)
+        if sent_at is not None:
+            self.data_rtt.sample(now - sent_at)
+        self.window.ordered(packet.size)
         if self.outstanding:
-            self.rto.start(now)
+            self._start_rto(now)
         else:
             self.rto.stop()
-        while self.send_queue and len(self.outstanding) < self.config.window_packets:
-            self._transmit_new(self.send_queue.popleft(), now)
+        self._fill_window(now)
         self._maybe_request_leave(now)
 
-    def _on_confirm(self, confirm: Confirm) -> None:
+    def _on_confirm(self, confirm: Confirm, now: float) -> None:
         pending = self.pass_pending
         if pending is not None and confirm.ts == pending.ts:
             self._learn_holds(confirm.src, pending.last_ts)
-            self._pass_confirmed()
+            self._pass_confirmed(now)
 
-    def _pass_confirmed(self) -> None:
+    def _start_pass_timer(self, now: float) -> None:
+        self._pass_sent_at = now
+        self.pass_timer.initial = self.pass_rtt.rto
+        self.pass_timer.start(now)
+
+    def _pass_confirmed(self, now: float | None = None) -> None:
+        if now is not None and self._pass_sent_at is not None and self.pass_timer.retries == 0:
+            self.pass_rtt.sample(now - self._pass_sent_at)
+        self._pass_sent_at = None
         self.pass_pending = None
         self.pass_timer.stop()
 
@@ -894,7 +977,7 @@ class GroupEngine(Reformation):
         self._pass_bytes = self._multicast(ack, now)
         if self.view.size > 1:
             self.pass_pending = ack
-            self.pass_timer.start(now)
+            self._start_pass_timer(now)
         self._on_ack(ack, now)
 
     # ------------------------------------------------------------------------------------------------------------
@@ -934,6 +1017,7 @@ class GroupEngine(Reformation):
     def _on_nack(self, nack: Nack, now: float) -> None:
         """Resend what a NACK asks for.  A NACK naming this process is answered by multicast (others likely lack the
         same packets); a tail NACK, or one naming no one (which every holder answers), only to the requester."""
+        self._nacked_own(nack)
         if nack.target is not None and nack.target != self.pid:
             return
         self.stats["nacks_answered"] += 1
@@ -958,6 +1042,17 @@ class GroupEngine(Reformation):
                 self._unicast(nack.src, packet, now)
             else:
                 self._multicast(packet, now)
+
+    def _nacked_own(self, nack: Nack) -> None:
+        """A NACK that asks for one of our packets tells us a receiver is overrun: halve the send window (once
+        per lost packet, section 4.6)."""
+        own = [seq for src, seq in nack.data if src == self.pid]
+        for ts in nack.missing:
+            slot = self.q.get(ts)
+            if slot is not None and slot.key is not None and slot.key[0] == self.pid:
+                own.append(slot.key[1])
+        if own and self.window.nack_named(max(own)):
+            self.stats["window_halved_nack"] += 1
 
     # ------------------------------------------------------------------------------------------------------------
     # Delivery
@@ -984,15 +1079,36 @@ class GroupEngine(Reformation):
         if packet.qos.level != Level.UNRELIABLE:
             self._mark_delivered(packet.src, packet.seq)
         self.stats["delivered"] += 1
-        self._events.append(
-            Delivery(self.group, packet.src, packet.seq, packet.qos, ts, self.view.view_id, packet.payload,
-                     packet.handler)
-        )
+        messages = self._messages_of(packet)
+        for index, payload in enumerate(messages):
+            self._events.append(Delivery(self.group, packet.src, packet.seq, packet.qos, ts, self.view.view_id,
+                                         payload, packet.handler, index))
         if self.config.journal:
+            extra: dict[str, Any] = {"parts": len(messages)} if len(messages) != 1 else {}
+            if not messages and isinstance(packet.payload, Fragment) and not packet.payload.more:
+                extra["incomplete"] = True
             self._record(
                 "deliver", now, ts=ts, src=packet.src, seq=packet.seq, qos=packet.qos.name(),
-                size=len(packet.payload), holders=holders, need=need, order_view=str(self.view.view_id),
+                size=packet.size, holders=holders, need=need, order_view=str(self.view.view_id), **extra,
             )
+
+    def _messages_of(self, packet: Data) -> tuple[bytes, ...]:
+        """What the application gets for a delivered packet: its message, its packed messages, or, for fragments,
+        nothing until the last piece, then the whole message (pieces of one source arrive in sequence order)."""
+        body = packet.payload
+        if isinstance(body, Fragment):
+            if body.first:
+                self._reassembly[packet.src] = []
+            pieces = self._reassembly.get(packet.src)
+            if pieces is None:  # we joined after its first piece was ordered: the message is not ours
+                self.stats["fragments_before_join"] += 1
+                return ()
+            pieces.append(body.chunk)
+            if body.more:
+                return ()
+            del self._reassembly[packet.src]
+            return (b"".join(pieces),)
+        return body if isinstance(body, tuple) else (body,)
 
     def _deliver_source_chain(self, src: ProcessId, now: float) -> None:
         """Deliver source-ordered packets from ``src`` whose predecessors are all delivered."""
@@ -1066,6 +1182,10 @@ class GroupEngine(Reformation):
             self._scan_total(now)
 
     def _progress(self, now: float) -> None:
+        if self.departed:
+            # Out of the group: nothing more is delivered or ordered here, even if later slots are held (a
+            # departed process delivering past the view that removed it would break virtual synchrony).
+            return
         q = self.q
         while not self.frozen:
             self._advance_and_scan(now)
@@ -1080,8 +1200,6 @@ class GroupEngine(Reformation):
             if self.null_deadline is None:
                 self._schedule_null(now)
             break
-        if self.departed:
-            return
         self._free_stable()
         # NACK holes; the first NACK waits a little so reordering alone does not cause one.
         if q.contig < q.high:

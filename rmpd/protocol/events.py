@@ -29,6 +29,8 @@ class Delivery:
     view: ViewId
     payload: bytes
     handler: int | None
+    index: int = 0
+    """Position in its packet: messages packed under load share the packet's sequence number."""
 
 
 @dataclass(frozen=True, slots=True)

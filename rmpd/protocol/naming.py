@@ -7,14 +7,17 @@ hash to the same pair; membership view IDs in every packet keep such groups apar
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import ipaddress
 
 DEFAULT_RANGE = "239.0.0.0/8"
 
 
+@functools.lru_cache(maxsize=1024)
 def group_address(name: str, address_range: str = DEFAULT_RANGE) -> tuple[str, int]:
-    """The multicast (address, port) a group name maps to inside ``address_range``."""
+    """The multicast (address, port) a group name maps to inside ``address_range`` (cached: the daemon asks
+    for every datagram it sends)."""
     if not name or len(name) > 255:
         raise ValueError("a group name is 1 to 255 characters")
     network = ipaddress.IPv4Network(address_range)

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, fields
 from enum import IntEnum
-from typing import Any, ClassVar
+from typing import Any, ClassVar, NamedTuple
 
 import msgpack
 
@@ -184,6 +184,25 @@ def _locks_dec(v: Any) -> tuple[tuple[int, ProcessId], ...]:
     return tuple(out)
 
 
+def _body_dec(v: Any) -> Body:
+    """One message (bytes), a packed list of at least two, or a fragment [more, chunk]."""
+    if type(v) is bytes:
+        return v
+    items = _list(v)
+    if items and type(items[0]) is bool:
+        if len(items) != 3:
+            raise _fail("a fragment is [first, more, chunk]")
+        return Fragment(items[0], _bool(items[1]), _bytes(items[2]))
+    parts = tuple(_bytes(x) for x in items)
+    if len(parts) < 2:
+        raise _fail("a packed body holds at least two messages")
+    return parts
+
+
+def _body_enc(v: Body) -> bytes | list[Any]:
+    return list(v) if isinstance(v, tuple) else v  # a Fragment is a tuple too: [first, more, chunk]
+
+
 def _optional(dec: Callable[[Any], Any]) -> Callable[[Any], Any]:
     return lambda v: None if v is None else dec(v)
 
@@ -204,6 +223,7 @@ _KINDS: dict[str, tuple[Callable[[Any], Any], Callable[[Any], Any]]] = {
     "opt_uint": (_ident, _optional(_uint)),
     "opt_str": (_ident, _optional(_str)),
     "opt_bytes": (_ident, _optional(_bytes)),
+    "body": (_body_enc, _body_dec),
     "view": (_view_enc, _view_dec),
     "opt_view": (lambda v: None if v is None else _view_enc(v), _optional(_view_dec)),
     "qos": (lambda q: q.code(), _qos_dec),
@@ -224,22 +244,47 @@ class Packet:
     view: ViewId | None
 
 
+class Fragment(NamedTuple):
+    """One piece of a message too large for one datagram: ``first`` on the first piece, ``more`` on all but the
+    last."""
+
+    first: bool
+    more: bool
+    chunk: bytes
+
+
+Body = bytes | tuple[bytes, ...] | Fragment
+
+
 @dataclass(frozen=True, slots=True)
 class Data(Packet):
-    """Data to the group from a member, identified by (src, seq, qos)."""
+    """Data to the group from a member, identified by (src, seq, qos).
+
+    ``payload`` is one application message; or, for a packet packed under load, a tuple of several (at least two),
+    delivered one after the other at the packet's place in the order; or a :class:`Fragment` of a message larger
+    than one packet, whose pieces have consecutive sequence numbers and which is delivered whole with the last.
+    """
 
     view: ViewId
     src: ProcessId
     seq: int
     qos: QoS
     handler: int | None
-    payload: bytes
+    payload: Body
     TYPE: ClassVar[PacketType] = PacketType.DATA
-    KINDS: ClassVar[tuple[str, ...]] = ("view", "pid", "uint", "qos", "opt_uint", "bytes")
+    KINDS: ClassVar[tuple[str, ...]] = ("view", "pid", "uint", "qos", "opt_uint", "body")
 
     @property
     def data_id(self) -> DataId:
         return (self.src, self.seq, self.qos)
+
+    @property
+    def size(self) -> int:
+        """Application bytes carried (what the send window counts)."""
+        body = self.payload
+        if isinstance(body, Fragment):
+            return len(body.chunk)
+        return sum(map(len, body)) if isinstance(body, tuple) else len(body)
 
 
 @dataclass(frozen=True, slots=True)

@@ -390,7 +390,7 @@ class Reformation:
                 self.ordered_upto[src] = seq - 1
             packet = self.data.get(slot.key)
             if src == self.pid and packet is not None:
-                self.outstanding[seq] = packet
+                self._add_outstanding(packet)
         self.latest_ack_ts = min(self.latest_ack_ts, nl.ts - 1)
         self.stats["reformations"] += 1
         self._on_new_list(nl, now)

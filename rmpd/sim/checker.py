@@ -32,7 +32,11 @@ class SentMessage:
     src: str
     seq: int
     qos: QoS
-    payload: bytes
+    payload: bytes | tuple[bytes, ...]
+
+    @property
+    def payloads(self) -> tuple[bytes, ...]:
+        return self.payload if isinstance(self.payload, tuple) else (self.payload,)
 
 
 class InvariantChecker:
@@ -76,12 +80,19 @@ class InvariantChecker:
     # --------------------------------------------------------------------------------------------------------------
 
     def on_send(self, message: SentMessage) -> None:
-        self.sent[(message.src, message.seq, message.qos.level != Level.UNRELIABLE)] = message
+        """Record a message handed to a process; messages packed into one packet share its seq, in order."""
+        key = (message.src, message.seq, message.qos.level != Level.UNRELIABLE)
+        earlier = self.sent.get(key)
+        if earlier is not None and earlier.qos == message.qos:
+            self.sent[key] = SentMessage(message.src, message.seq, message.qos, (*earlier.payloads, *message.payloads))
+        else:
+            self.sent[key] = message
 
-    def on_record(self, node: str, rec: dict[str, Any], payload: bytes | None = None) -> None:
+    def on_record(self, node: str, rec: dict[str, Any], payloads: tuple[bytes, ...] | None = None) -> None:
+        """``payloads``: the messages the application got with a ``deliver`` record, when known."""
         event = rec["event"]
         if event == "deliver":
-            self._on_deliver(node, rec, payload)
+            self._on_deliver(node, rec, payloads)
         elif event in ("send", "recv"):
             kind = rec["packet"]
             if kind == "data":
@@ -147,12 +158,14 @@ class InvariantChecker:
         self.views_of[node].append(view)
         self.last_total.pop(node, None)
 
-    def _on_deliver(self, node: str, rec: dict[str, Any], payload: bytes | None) -> None:
+    def _on_deliver(self, node: str, rec: dict[str, Any], payloads: tuple[bytes, ...] | None) -> None:
         qos = QoS.parse(rec["qos"])
         src, seq, ts, view = rec["src"], rec["seq"], rec["ts"], rec["view"]
         reliable = qos.level != Level.UNRELIABLE
         sent = self.sent.get((src, seq, reliable))
-        if sent is None or sent.qos != qos or (payload is not None and payload != sent.payload):
+        if rec.get("incomplete"):
+            payloads = None  # the last piece of a message this member joined in the middle of: nothing to compare
+        if sent is None or sent.qos != qos or (payloads is not None and payloads != sent.payloads):
             self.fail("integrity", f"{node} delivered {src}#{seq} ({qos.name()}) that was not sent so")
             return
         if not reliable:
@@ -162,7 +175,7 @@ class InvariantChecker:
             self.fail("no-duplicate", f"{node} delivered {src}#{seq} twice")
             return
         self.delivered[node].add(key)
-        self.delivered_count += 1
+        self.delivered_count += rec.get("parts", 1)
         self.deliveries[node].append((view, key, rec["mono"]))
         if qos.level >= Level.SOURCE:
             last = self.last_source.get((node, src), 0)

@@ -20,7 +20,7 @@ from typing import Any
 
 from ..journal import JournalWriter
 from ..protocol.config import EngineConfig
-from ..protocol.engine import GroupEngine
+from ..protocol.engine import GroupEngine, MessageTooLarge
 from ..protocol.events import Delivery, Left
 from ..protocol.ids import ViewId
 from ..protocol.process import NotMember, RmpProcess
@@ -165,6 +165,7 @@ class Simulation:
         self.timer_version = [0] * total
         self.to_send = [config.messages if i < config.senders else 0 for i in range(total)]
         self.sent: list[Sent] = []
+        self.refused_sends = 0
         self.views: set[str] = set()
         self.recoveries: set[str] = set()
         self.max_ack_slots = 0
@@ -342,15 +343,31 @@ class Simulation:
         proc = self.procs[i]
         engine = proc.engines.get(GROUP) if proc is not None else None
         if engine is not None and not engine.departed and not engine.leaving and not engine.frozen:
-            seq = engine.next_unreliable_seq if qos.level == Level.UNRELIABLE else engine.next_seq
-            self.checker.on_send(SentMessage(proc.pid, seq, qos, payload))
-            proc.send(GROUP, payload, qos, self.queue.now)
-            if qos.level != Level.UNRELIABLE:
-                self.sent.append(Sent(proc.pid, seq, id(engine), self.queue.now))
-            self._drain(i)
+            self._send_one(i, engine, qos, payload)
         self.to_send[i] -= 1
         if self.to_send[i] > 0:
             self.queue.push(self.queue.now + rng.expovariate(1 / self.send_interval), "send", i)
+
+    def _send_one(self, i: int, engine: GroupEngine, qos: QoS, payload: bytes) -> None:
+        """Hand one message to process ``i`` and tell the checker what it will have to deliver."""
+        proc = self.procs[i]
+        assert proc is not None
+        first = engine.next_seq
+        try:
+            seq = proc.send(GROUP, payload, qos, self.queue.now)
+        except MessageTooLarge:  # unreliable messages must fit one packet: --size says more
+            self.refused_sends += 1
+            return
+        assert seq is not None
+        if qos.level != Level.UNRELIABLE and seq > first:
+            # Fragmented: the pieces before the last deliver nothing; unordered ones travel source ordered.
+            qos = QoS(Level.SOURCE) if qos.level == Level.UNORDERED else qos
+            for piece in range(first, seq):
+                self.checker.on_send(SentMessage(proc.pid, piece, qos, ()))
+        self.checker.on_send(SentMessage(proc.pid, seq, qos, payload))
+        if qos.level != Level.UNRELIABLE:  # one entry per message: packed ones share their packet's seq
+            self.sent.append(Sent(proc.pid, seq, id(engine), self.queue.now))
+        self._drain(i)
 
     def _drain(self, i: int) -> None:
         """Move a process's outputs to the network, the checker and the journal, and re-arm its timer."""
@@ -367,8 +384,10 @@ class Simulation:
         records = proc.journal_records()
         node = self._node(i)
         for rec in records:
-            payload = next(deliveries).payload if rec["event"] == "deliver" else None
-            self.checker.on_record(node, rec, payload)
+            payloads = None
+            if rec["event"] == "deliver":
+                payloads = tuple(next(deliveries).payload for _ in range(rec.get("parts", 1)))
+            self.checker.on_record(node, rec, payloads)
             if rec["event"] == "view":
                 self._on_view(rec)
             elif rec["event"] == "recovery" and rec.get("role") == "commit":

@@ -5,9 +5,10 @@ from __future__ import annotations
 import itertools
 
 from rmpd.protocol.config import EngineConfig
+from rmpd.protocol.events import Delivery
 from rmpd.protocol.ids import ViewId
 from rmpd.protocol.orderingq import SlotKind, SlotState
-from rmpd.protocol.packets import Ack, Confirm, Data, Nack, RecoveryVote, encode
+from rmpd.protocol.packets import Ack, Confirm, Data, ListChangeRequest, Nack, RecoveryVote, encode
 from rmpd.protocol.qos import QoS
 
 from .harness import Ring
@@ -214,9 +215,13 @@ def test_window_queues_sends_and_delivers_all_in_order() -> None:
     ring = Ring(2, EngineConfig(window_packets=4, journal=True))
     for i in range(40):
         ring.send(1, f"{i}".encode(), QoS.SOURCE)
-    assert len(ring[1].outstanding) == 4 and len(ring[1].send_queue) == 36
+    # Four packets in flight; the other 36 messages wait packed into the one packet at the queue's tail.
+    assert len(ring[1].outstanding) == 4 and len(ring[1].send_queue) == 1
+    assert ring[1].send_queue[0].parts == [f"{i}".encode() for i in range(4, 40)]
     ring.advance(3.0)
     assert ring.delivered(0) == [f"{i}".encode() for i in range(40)]
+    assert ring.delivered(1) == [f"{i}".encode() for i in range(40)]
+    assert ring[1].stats["packed"] == 35
 
 
 def test_hostile_datagrams_are_counted_and_dropped() -> None:
@@ -253,3 +258,20 @@ def test_a_timestamp_far_ahead_is_dropped_instead_of_allocating_every_slot_befor
     ring.send(1, b"after")
     ring.flush()
     assert [d.payload for d in ring.deliveries(2)] == [b"before", b"after"]
+
+
+def test_a_departed_member_delivers_nothing_more_whatever_it_hears() -> None:
+    """Removed from the view (here: departed directly), a process holding later slots must not deliver them, even
+    when a join request or ACKs make it look at its OrderingQ again."""
+    ring = Ring(3)
+    ring.send(0, b"safe", QoS.SAFE)
+    ring.flush()
+    removed = ring[2]
+    assert removed.q.high > removed.deliver_ts - 1 and ring.delivered(2) == []  # held, not yet stable
+    removed._depart(ring.now)
+    for other in ring.pids[:2]:  # later ACKs from the others tell it the packet became stable
+        removed._learn_holds(other, removed.q.high)
+    joiner = ListChangeRequest("g", None, "10.0.0.9:7000", 1, "join", 0, True, 1, 1)
+    removed.receive_packet(joiner, ring.now)
+    removed.handle_timer(ring.now + 1.0)
+    assert ring.delivered(2) == [] and [e for e in removed.events() if isinstance(e, Delivery)] == []

@@ -16,6 +16,7 @@ from rmpd.protocol.packets import (
     Ack,
     Data,
     DecodeError,
+    Fragment,
     Packet,
     decode,
     encode,
@@ -43,6 +44,8 @@ KIND_STRATEGIES = {
     "opt_uint": st.none() | uints,
     "opt_str": st.none() | st.text(max_size=20),
     "opt_bytes": st.none() | st.binary(max_size=50),
+    "body": st.binary(max_size=200) | small(st.binary(max_size=50), min_size=2, max_size=5).map(tuple)
+    | st.builds(Fragment, st.booleans(), st.booleans(), st.binary(max_size=200)),
     "view": views,
     "opt_view": st.none() | views,
     "qos": qoses,
@@ -157,3 +160,16 @@ def test_required_holders() -> None:
     assert QoS.MAJORITY.required_holders(4) == 3
     assert QoS.MAJORITY.required_holders(5) == 3
     assert QoS.SAFE.required_holders(5) == 5
+
+
+def test_packed_and_fragment_bodies_are_checked() -> None:
+    view = ViewId("10.0.0.1:1", 1)
+    packed = Data(view, "10.0.0.1:1", 7, QoS.TOTAL, None, (b"a", b"bc"))
+    assert decode(encode(packed)) == packed and packed.size == 3
+    piece = Data(view, "10.0.0.1:1", 8, QoS.TOTAL, None, Fragment(True, False, b"xyz"))
+    assert decode(encode(piece)) == piece and piece.size == 3
+    for body in ([b"only"], [], [b"a", "text"], [b"a", 1], [True, b"x"], [True, 1, b"x"], [True, False, b"x", b"y"]):
+        raw = b"RM\x01\x01" + msgpack.packb([["10.0.0.1:1", 1], "10.0.0.1:1", 7, QoS.TOTAL.code(), None, body],
+                                          use_bin_type=True)
+        with pytest.raises(DecodeError):
+            decode(raw)

@@ -1,0 +1,98 @@
+"""Flow and congestion control (RMP paper, section 4.6): Van Jacobson's algorithms applied to a multicast sender.
+
+Each sender keeps a window of bytes it may have in transit (sent but not yet ordered by an ACK).  The window grows
+by slow start (by the bytes of each packet the first time an ACK orders it, so it doubles per round trip) up to a
+threshold and linearly after, and is halved when a retransmission timer expires or when a NACK names one of this
+sender's packets: NACKs are how overrun receivers tell senders to slow down.  A cache of the last three NACKed
+sequence numbers keeps several NACKs for one loss from halving it several times.
+
+Timers for packets that need a positive acknowledgement come from a round-trip estimate (mean and mean deviation,
+as in TCP), so that a loaded ring does not look like a lossy one; samples are taken only from packets sent once
+(Karn's rule).  Everything here is pure arithmetic on values the engine passes in.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+
+class RttEstimator:
+    """Smoothed round-trip time and its mean deviation; ``rto`` = srtt + 4 * rttvar, clamped."""
+
+    __slots__ = ("maximum", "minimum", "rttvar", "srtt")
+
+    def __init__(self, minimum: float, maximum: float) -> None:
+        self.minimum = minimum
+        self.maximum = maximum
+        self.srtt: float | None = None
+        self.rttvar = 0.0
+
+    def sample(self, rtt: float) -> None:
+        if rtt < 0:
+            return
+        if self.srtt is None:
+            self.srtt, self.rttvar = rtt, rtt / 2
+        else:
+            self.rttvar += (abs(rtt - self.srtt) - self.rttvar) / 4
+            self.srtt += (rtt - self.srtt) / 8
+
+    @property
+    def rto(self) -> float:
+        if self.srtt is None:
+            return self.minimum
+        return min(self.maximum, max(self.minimum, self.srtt + 4 * self.rttvar))
+
+
+class SendWindow:
+    """Bytes this sender may have in transit; see the module docstring for how it moves."""
+
+    __slots__ = ("in_flight", "max_packet", "max_window", "min_packet", "nacked", "threshold", "window")
+    # in_flight: bytes of our packets sent and not yet ordered (the engine adds and removes them).
+
+    def __init__(self, *, min_packet: int, max_packet: int, initial: int, max_window: int) -> None:
+        self.min_packet = min_packet
+        self.max_packet = max_packet
+        self.max_window = max_window
+        self.window = max(initial, min_packet)
+        self.threshold = max_window
+        self.in_flight = 0
+        self.nacked: deque[int] = deque(maxlen=3)
+
+    def room(self) -> int:
+        return max(0, self.window - self.in_flight)
+
+    def may_send(self, size: int) -> bool:
+        """May a packet of ``size`` bytes go now?  One packet may always be in transit, whatever its size, or a
+        message larger than the window could never leave; beyond it, the silly-window rule of figure 4.2 holds
+        back a packet until its bytes fit."""
+        return self.in_flight == 0 or size <= self.room()
+
+    def packet_limit(self) -> int:
+        """Largest packet to build now (figure 4.2): up to half the window, at least MIN_PACKET, at most
+        MAX_PACKET.  Packing uses it, so small messages are gathered into packets that shrink with the window."""
+        return min(self.max_packet, max(self.min_packet, self.window // 2))
+
+    def sent(self, size: int) -> None:
+        self.in_flight += size
+
+    def ordered(self, size: int) -> None:
+        """The first ACK ordering one of our packets: its bytes leave the window, which grows."""
+        self.in_flight = max(0, self.in_flight - size)
+        if self.window < self.threshold:
+            self.window += size  # slow start: doubles per round trip
+        else:
+            self.window += max(1, self.min_packet * size // self.window)  # then linear
+        self.window = min(self.window, self.max_window)
+
+    def congested(self) -> None:
+        """A retransmission timer expired: halve (never below one minimum packet)."""
+        self.window = max(self.min_packet, self.window // 2)
+        self.threshold = self.window
+
+    def nack_named(self, seq: int) -> bool:
+        """A NACK asked for our packet ``seq``: halve, unless a NACK for it was seen already.  True if halved."""
+        if seq in self.nacked:
+            return False
+        self.nacked.append(seq)
+        self.congested()
+        return True

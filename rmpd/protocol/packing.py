@@ -1,0 +1,49 @@
+"""Packing: a packet waiting in the send queue takes further small messages until it is full.
+
+While the send window is open, every message leaves at once in a packet of its own, so light traffic is never held
+back.  Once the window is full, messages wait in the queue, and a message of the same QoS and handler joins the
+packet at the queue's tail as long as the packet stays within the current packet limit (figure 4.2: half the
+window, between MIN_PACKET and MAX_PACKET).  So packing happens exactly under load, one datagram and one slot of
+the total order carry many messages, and each message keeps the packet's sequence number, delivered in order at
+the packet's place.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .ids import ProcessId, ViewId
+from .packets import MAX_LIST, Data, Fragment
+from .qos import QoS
+
+PART_OVERHEAD = 5
+"""Bytes msgpack adds per packed message (a bin header), counted against the packet limit."""
+
+
+@dataclass(slots=True)
+class Queued:
+    """A packet not yet sent: its sequence number is fixed (the sender has been told it), its messages may grow."""
+
+    seq: int
+    qos: QoS
+    handler: int | None
+    parts: list[bytes]
+    size: int
+    more: bool | None = None
+    """For a piece of a fragmented message: more pieces follow (None: not a fragment)."""
+    first: bool = False
+    """For a piece of a fragmented message: it is the first."""
+
+    def takes(self, qos: QoS, handler: int | None, size: int, limit: int) -> bool:
+        return (self.more is None and qos == self.qos and handler == self.handler and len(self.parts) < MAX_LIST
+                and self.size + size + PART_OVERHEAD * (len(self.parts) + 1) <= limit)
+
+    def add(self, payload: bytes) -> None:
+        self.parts.append(payload)
+        self.size += len(payload)
+
+    def packet(self, view: ViewId, src: ProcessId) -> Data:
+        if self.more is not None:
+            return Data(view, src, self.seq, self.qos, self.handler, Fragment(self.first, self.more, self.parts[0]))
+        body = self.parts[0] if len(self.parts) == 1 else tuple(self.parts)
+        return Data(view, src, self.seq, self.qos, self.handler, body)

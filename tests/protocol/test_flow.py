@@ -1,0 +1,158 @@
+"""Flow and congestion control (section 4.6) and packing: the window's arithmetic, then the engine obeying it."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from rmpd.protocol.config import EngineConfig
+from rmpd.protocol.engine import MessageTooLarge
+from rmpd.protocol.events import Delivery
+from rmpd.protocol.flow import RttEstimator, SendWindow
+from rmpd.protocol.packets import Data, Fragment, Nack
+from rmpd.protocol.qos import QoS
+
+from .harness import Ring
+
+
+def window(**kw: int) -> SendWindow:
+    args = {"min_packet": 1000, "max_packet": 16000, "initial": 4000, "max_window": 64000} | kw
+    return SendWindow(**args)
+
+
+def test_rto_follows_the_round_trip_and_its_variance_within_bounds() -> None:
+    rtt = RttEstimator(0.005, 2.0)
+    assert rtt.rto == 0.005  # no sample yet
+    rtt.sample(0.1)
+    assert rtt.srtt == 0.1 and abs(rtt.rto - 0.3) < 1e-9  # srtt + 4 * (rtt / 2)
+    for _ in range(200):
+        rtt.sample(0.02)
+    assert abs(rtt.srtt - 0.02) < 1e-3 and rtt.rto < 0.03
+    for _ in range(50):
+        rtt.sample(30.0)
+    assert rtt.rto == 2.0
+
+
+def test_slow_start_doubles_per_round_then_grows_linearly() -> None:
+    w = window(max_window=1 << 20)
+    w.threshold = 16000
+    for _ in range(4):  # one round: everything in the window is sent, then ordered
+        w.sent(1000)
+    for _ in range(4):
+        w.ordered(1000)
+    assert w.window == 8000 and w.in_flight == 0
+    for _ in range(8):
+        w.ordered(1000)
+    assert w.window == 16000
+    w.ordered(1000)
+    assert w.window == 16000 + 1000 * 1000 // 16000  # linear once past the threshold
+
+
+def test_timeouts_halve_the_window_but_never_below_one_minimum_packet() -> None:
+    w = window(initial=8000)
+    w.congested()
+    assert w.window == 4000 and w.threshold == 4000
+    for _ in range(10):
+        w.congested()
+    assert w.window == 1000
+
+
+def test_a_nack_halves_once_per_lost_packet_remembering_the_last_three() -> None:
+    w = window(initial=64000)
+    assert w.nack_named(5) and w.window == 32000
+    assert not w.nack_named(5) and w.window == 32000  # another receiver lost the same packet
+    for seq in (6, 7, 8):
+        assert w.nack_named(seq)
+    assert w.window == 4000
+    assert w.nack_named(5)  # fell out of the three-entry cache
+    assert w.window == 2000
+
+
+@given(st.integers(1000, 1 << 20))
+def test_packet_limit_is_half_the_window_between_min_and_max(size: int) -> None:
+    w = window(initial=size, max_window=1 << 21)
+    assert w.packet_limit() == min(16000, max(1000, size // 2))
+
+
+def test_one_packet_may_always_be_in_flight_however_large() -> None:
+    w = window(initial=1000)
+    assert w.may_send(50000)
+    w.sent(50000)
+    assert not w.may_send(1)
+
+
+def test_engine_keeps_its_bytes_in_flight_within_the_window() -> None:
+    ring = Ring(2, EngineConfig(initial_window=16000, min_packet=1000, max_packet=16000, journal=True))
+    for i in range(20):
+        ring.send(1, bytes([i]) * 6000, QoS.TOTAL)
+    sender = ring[1]
+    assert len(sender.outstanding) == 2  # a third would put 18000 bytes in flight
+    assert sum(p.size for p in sender.outstanding.values()) <= 16000
+    assert len(sender.send_queue) == 18  # 6000-byte messages are too large to pack within 16000 / 2
+    ring.advance(5.0)
+    assert ring.delivered(0) == [bytes([i]) * 6000 for i in range(20)]
+    assert sender.window.window > 16000  # every packet ordered without loss: slow start grew the window
+
+
+def test_a_nack_for_our_packet_halves_the_window_once() -> None:
+    ring = Ring(3, EngineConfig(initial_window=64000, journal=True))
+    sender = ring[1]
+    ring.send(1, b"x", QoS.TOTAL)
+    ring.advance(0.5)
+    before = sender.window.window
+    nack = Nack(ring.view.view_id, ring.pids[2], None, 0, 0, False, (), ((ring.pids[1], 1),))
+    sender.receive_packet(nack, ring.now)
+    sender.receive_packet(nack, ring.now)
+    assert sender.window.window == before // 2 and sender.stats["window_halved_nack"] == 1
+
+
+def test_packing_keeps_qos_boundaries_and_the_order_of_every_message() -> None:
+    ring = Ring(3, EngineConfig(window_packets=1, journal=True))
+    plan = [(f"m{i}".encode(), QoS.TOTAL if (i // 5) % 2 == 0 else QoS.SAFE) for i in range(40)]
+    seqs = [ring.send(1, payload, qos) for payload, qos in plan]
+    assert len(set(seqs)) < len(seqs)  # the window held one packet: the rest were packed
+    ring.advance(5.0)
+    for member in range(3):
+        assert ring.delivered(member) == [payload for payload, _ in plan]
+    packed = [p for _, _, p in ring.log if isinstance(p, Data) and isinstance(p.payload, tuple)]
+    assert packed and all(len({QoS.TOTAL, QoS.SAFE} & {p.qos}) == 1 for p in packed)
+
+
+def test_a_large_message_travels_in_pieces_and_is_delivered_whole_in_order() -> None:
+    config = EngineConfig(max_packet=1000, min_packet=500, initial_window=2000, journal=True)
+    ring = Ring(3, config)
+    big = bytes(range(256)) * 40  # 10240 bytes: 11 pieces
+    ring.send(0, b"before", QoS.TOTAL)
+    seq = ring.send(1, big, QoS.TOTAL)
+    ring.send(2, b"during", QoS.TOTAL)
+    ring.send(1, b"after", QoS.TOTAL)
+    ring.advance(5.0)
+    orders = [ring.delivered(i) for i in range(3)]
+    assert orders[0] == orders[1] == orders[2]
+    assert big in orders[0] and orders[0].index(big) < orders[0].index(b"after")
+    got = [e for e in ring.events[ring.pids[0]] if isinstance(e, Delivery) and e.payload == big]
+    assert len(got) == 1 and got[0].seq == seq  # the sender is told the sequence number of the last piece
+    assert ring[1].stats["fragmented"] == 1
+    assert max(len(p.payload.chunk) for _, _, p in ring.log
+               if isinstance(p, Data) and isinstance(p.payload, Fragment)) == 1000
+
+
+def test_oversized_and_unfragmentable_sends_are_refused_clearly() -> None:
+    ring = Ring(2, EngineConfig(max_packet=1000, max_message=5000))
+    with pytest.raises(MessageTooLarge, match="at most 5000"):
+        ring.send(0, b"x" * 5001, QoS.TOTAL)
+    with pytest.raises(MessageTooLarge, match="must fit one packet"):
+        ring.send(0, b"x" * 1001, QoS.UNRELIABLE)
+    assert ring[0].next_seq == 1 and not ring[0].send_queue and not ring[0].outstanding
+
+
+def test_a_member_that_joined_mid_message_does_not_deliver_its_tail() -> None:
+    ring = Ring(2, EngineConfig(max_packet=100, journal=True))
+    engine = ring[1]
+    tail = Data(ring.view.view_id, ring.pids[0], 5, QoS.SOURCE, None, Fragment(False, False, b"end"))
+    assert engine._messages_of(tail) == ()
+    assert engine.stats["fragments_before_join"] == 1
+    head = Data(ring.view.view_id, ring.pids[0], 6, QoS.SOURCE, None, Fragment(True, True, b"ab"))
+    last = Data(ring.view.view_id, ring.pids[0], 7, QoS.SOURCE, None, Fragment(False, False, b"c"))
+    assert engine._messages_of(head) == () and engine._messages_of(last) == (b"abc",)

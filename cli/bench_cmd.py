@@ -73,7 +73,12 @@ def bench(
         "--embedded", help="Also measure each case with embedded-engine members instead of daemons.")] = False,
     guard: Annotated[str, typer.Option(
         help="Group key on every datagram: none, mac (BLAKE2b) or encrypt (ChaCha20-Poly1305).")] = "none",
-    bind: Annotated[str, typer.Option(help="Address the daemons and the baseline use.")] = "127.0.0.1",
+    bind: Annotated[str, typer.Option(help="Address the daemons and the baseline use (without --netns).")]
+    = "127.0.0.1",
+    netns: Annotated[bool, typer.Option(
+        "--netns", help="One network namespace per member on a bridge (scripts/netns; needs root).")] = False,
+    loss: Annotated[float, typer.Option(
+        min=0.0, max=0.9, help="With --netns: drop this fraction of datagrams at random (iptables).")] = 0.0,
     json_out: Annotated[bool, typer.Option(
         "--json", help="End with one JSON object: the case's figures, or {'cases': [...]} for several.")] = False,
 ) -> None:
@@ -84,7 +89,7 @@ def bench(
     a ping-pong round trip at light load, CPU seconds per delivered message of all processes, and each daemon's
     peak resident memory.
     """
-    from rmpd.bench.run import Bench, BenchError
+    from rmpd.bench.run import Bench, BenchError, Hosts
     from rmpd.daemon.probe import multicast_loops
     from rmpd.protocol.qos import QoS
 
@@ -98,7 +103,10 @@ def bench(
     if guard not in GUARDS:
         err.print(f"[red]error:[/red] --guard must be one of {', '.join(GUARDS)}")
         raise typer.Exit(2)
-    if not multicast_loops(bind):
+    if loss and not netns:
+        err.print("[red]error:[/red] --loss needs --netns (loss is made with iptables inside namespaces)")
+        raise typer.Exit(2)
+    if not netns and not multicast_loops(bind):
         err.print(f"[red]error:[/red] multicast does not loop back on {bind}; as root: ip route add 224.0.0.0/4 dev lo")
         raise typer.Exit(1)
     cases = plan(members or list(MEMBER_SWEEP), size or list(SIZE_SWEEP), qos or list(QOS_SWEEP), senders or [],
@@ -109,7 +117,12 @@ def bench(
         console=err, transient=True,
     ) as progress:
         task = progress.add_task("starting", total=len(cases))
-        runner = Bench(Path(tmp), seconds=seconds, guard=guard, bind=bind,
+        try:
+            hosts = Hosts(bind=bind, netns=max(c.members for c in cases) if netns else 0, loss=loss)
+        except BenchError as exc:
+            err.print(f"[red]error:[/red] {exc}", soft_wrap=True)
+            raise typer.Exit(1) from None
+        runner = Bench(Path(tmp), seconds=seconds, guard=guard, hosts=hosts,
                        progress=lambda text: progress.update(task, description=text))
         try:
             for case in cases:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
 import queue
 import statistics
 import subprocess
@@ -52,15 +53,53 @@ class Case:
         return f"{self.members} members, {self.senders} sender(s), {self.size} B, {self.qos}, {where}"
 
 
+class Hosts:
+    """Where member ``i`` (0-based) runs: all on one address (loopback by default), or each in a network
+    namespace of its own (``scripts/netns``: 10.77.0.<i+1> on one bridge, optional random loss by iptables)."""
+
+    NETNS = Path(__file__).resolve().parents[2] / "scripts" / "netns"
+    PREFIX = "rmpb"
+
+    def __init__(self, *, bind: str = "127.0.0.1", netns: int = 0, loss: float = 0.0) -> None:
+        self.bind = bind
+        self.netns = netns
+        self.loss = loss
+        if netns:
+            self._netns("up", str(netns))
+            if loss > 0:
+                per_side = 1 - (1 - loss) ** 0.5  # iptables drops on the way out and on the way in
+                self._netns("loss", f"{per_side:.6f}")
+
+    def _netns(self, *args: str) -> None:
+        env = {**os.environ, "RMP_NETNS_PREFIX": self.PREFIX}
+        result = subprocess.run([str(self.NETNS), *args], capture_output=True, text=True, env=env)
+        if result.returncode != 0 and args[0] != "down":
+            raise BenchError(f"scripts/netns {' '.join(args)} failed: {result.stderr.strip()}")
+
+    def address(self, i: int) -> str:
+        return f"10.77.0.{i + 1}" if self.netns else self.bind
+
+    def namespace(self, i: int) -> str | None:
+        return f"{self.PREFIX}{i + 1}" if self.netns else None
+
+    def prefix(self, i: int) -> list[str]:
+        ns = self.namespace(i)
+        return ["ip", "netns", "exec", ns] if ns else []
+
+    def close(self) -> None:
+        if self.netns:
+            self._netns("down")
+
+
 class Worker:
     """A ``python -m rmpd.bench.worker`` process: ready line, window line on stdin, result line."""
 
-    def __init__(self, workdir: Path, name: str, role: str, *args: str) -> None:
+    def __init__(self, workdir: Path, name: str, role: str, *args: str, prefix: list[str] | None = None) -> None:
         self.name = name
         self.err_path = workdir / f"{name}.err"
         self._err = open(self.err_path, "w")  # noqa: SIM115 - closed in finish()
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "rmpd.bench.worker", role, *args],
+            [*(prefix or []), sys.executable, "-m", "rmpd.bench.worker", role, *args],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._err, text=True,
         )
         self._lines: queue.Queue[str] = queue.Queue()
@@ -126,12 +165,12 @@ def percentile(values: list[float], fraction: float) -> float | None:
 class Bench:
     """Daemons started once and reused (a fresh group per case); baselines cached per (size, members)."""
 
-    def __init__(self, workdir: Path, *, seconds: float, guard: str = "none", bind: str = "127.0.0.1",
+    def __init__(self, workdir: Path, *, seconds: float, guard: str = "none", hosts: Hosts | None = None,
                  progress: Callable[[str], None] = lambda text: None) -> None:
         self.workdir = workdir
         self.seconds = seconds
         self.guard = guard
-        self.bind = bind
+        self.hosts = hosts or Hosts()
         self.progress = progress
         self.daemons: list[DaemonProcess] = []
         self._baselines: dict[tuple[int, int], dict[str, Any]] = {}
@@ -146,6 +185,7 @@ class Bench:
         for daemon in self.daemons:
             daemon.stop()
         self.daemons.clear()
+        self.hosts.close()
 
     def _daemon_config(self) -> Path:
         path = self.workdir / "rmpd.toml"
@@ -159,45 +199,54 @@ class Bench:
 
     def _ensure_daemons(self, count: int) -> list[DaemonProcess]:
         while len(self.daemons) < count:
-            self.progress(f"starting daemon {len(self.daemons) + 1}")
-            self.daemons.append(DaemonProcess(self.workdir, f"d{len(self.daemons) + 1}", bind=self.bind,
-                                              extra=self._guard_args(), log_level="warning",
-                                              config=self._daemon_config()))
+            i = len(self.daemons)
+            self.progress(f"starting daemon {i + 1}")
+            self.daemons.append(DaemonProcess(self.workdir, f"d{i + 1}", bind=self.hosts.address(i),
+                                              netns=self.hosts.namespace(i), extra=self._guard_args(),
+                                              log_level="warning", config=self._daemon_config()))
         return self.daemons[:count]
 
-    def _worker(self, role: str, *args: str) -> Worker:
-        return Worker(self.workdir, f"w{next(self._workers)}-{role}", role, *args)
+    def _member_args(self, i: int, embedded: bool) -> list[str]:
+        """How member ``i`` takes part: through daemon ``i``'s socket, or as an embedded node."""
+        if embedded:
+            return ["--embedded", *self._guard_args()]
+        return ["--socket", str(self.daemons[i].socket)]
 
-    def _group_workers(self, specs: list[tuple[str, list[str]]]) -> list[Worker]:
+    def _worker(self, role: str, host: int, args: list[str]) -> Worker:
+        return Worker(self.workdir, f"w{next(self._workers)}-{role}", role, *args, "--bind",
+                      self.hosts.address(host), prefix=self.hosts.prefix(host))
+
+    def _group_workers(self, specs: list[tuple[str, int, list[str]]]) -> list[Worker]:
         """Start the group's workers: the first founds the group, the rest join it once it exists (members
         that all start a new group at once would each found one of their own)."""
-        first = self._worker(specs[0][0], *specs[0][1])
+        first = self._worker(*specs[0])
         try:
             first.joined()
         except BaseException:
             first.kill()
             raise
-        return [first, *(self._worker(role, *args) for role, args in specs[1:])]
+        return [first, *(self._worker(*spec) for spec in specs[1:])]
 
-    def _window(self, workers: list[Worker], processes: list[Callable[[], float]],
-                seconds: float) -> tuple[float, float]:
-        """Open the common window; returns (window seconds, CPU seconds of ``processes`` inside it)."""
-        begin = time.time() + WARMUP
-        end = begin + seconds
-        for w in workers:
-            w.start(begin, end)
-        time.sleep(max(0.0, begin - time.time()))
-        cpu_before = sum(f() for f in processes)
-        time.sleep(max(0.0, end - time.time()))
-        cpu_after = sum(f() for f in processes)
-        return end - begin, cpu_after - cpu_before
-
-    def _collect(self, workers: list[Worker], seconds: float) -> list[dict[str, Any]]:
+    def _measure(self, workers: list[Worker], processes: list[Callable[[], float]],
+                 seconds: float) -> tuple[float, float, list[dict[str, Any]]]:
+        """Wait until every worker is ready, open the common window, collect the results; returns (window
+        seconds, CPU seconds of ``processes`` inside it, results in worker order)."""
         try:
-            return [w.result(timeout=seconds + 30) for w in workers]
+            for w in workers:
+                w.ready()
+            begin = time.time() + WARMUP
+            end = begin + seconds
+            for w in workers:
+                w.start(begin, end)
+            time.sleep(max(0.0, begin - time.time()))
+            cpu_before = sum(f() for f in processes)
+            time.sleep(max(0.0, end - time.time()))
+            cpu_after = sum(f() for f in processes)
+            results = [w.result(timeout=seconds + 30) for w in workers]
         finally:
             for w in workers:
                 w.kill()
+        return end - begin, cpu_after - cpu_before, results
 
     # ------------------------------------------------------------------------------------------------------------
 
@@ -207,19 +256,10 @@ class Bench:
         if key in self._baselines:
             return self._baselines[key]
         self.progress(f"baseline: raw UDP multicast, {size} B, {members} receivers")
-        common = ["--address", BASELINE_ADDRESS, "--port", str(BASELINE_PORT), "--bind", self.bind]
-        receivers = [self._worker("raw-recv", *common) for _ in range(members)]
-        sender = self._worker("raw-send", *common, "--size", str(size))
-        workers = [*receivers, sender]
-        try:
-            for w in workers:
-                w.ready()
-            window, cpu = self._window(workers, [w.cpu_seconds for w in workers], self.seconds)
-        except BaseException:
-            for w in workers:
-                w.kill()
-            raise
-        results = self._collect(workers, self.seconds)
+        common = ["--address", BASELINE_ADDRESS, "--port", str(BASELINE_PORT)]
+        workers = [self._worker("raw-recv", i, common) for i in range(members)]
+        workers.append(self._worker("raw-send", 0, [*common, "--size", str(size)]))
+        window, cpu, results = self._measure(workers, [w.cpu_seconds for w in workers], self.seconds)
         delivered = [r["delivered"] for r in results[:-1]]
         total = sum(delivered)
         baseline = {
@@ -233,40 +273,28 @@ class Bench:
     def run(self, case: Case) -> dict[str, Any]:
         baseline = self.baseline(case.size, case.members)
         group = f"bench-{next(self._groups)}"
-        common = ["--group", group, "--members", str(case.members), "--qos", case.qos, "--size", str(case.size),
-                  "--bind", self.bind]
+        common = ["--group", group, "--members", str(case.members), "--qos", case.qos, "--size", str(case.size)]
         daemons: list[DaemonProcess] = [] if case.embedded else self._ensure_daemons(case.members)
-        if case.embedded:
-            where = ["--embedded"] + (["--auth-key", str(self.key_path)] if self.key_path else [])
-            where += ["--encrypt"] if self.guard == "encrypt" else []
-            specs = [("member", [*common, *where, "--count", *(["--send"] if i < case.senders else [])])
-                     for i in range(case.members)]
-        else:
-            specs = [("member", [*common, "--socket", str(d.socket), "--count"]) for d in daemons]
-            specs += [("member", [*common, "--socket", str(daemons[i % case.members].socket), "--send"])
+        if case.embedded:  # the first members send and count: each is a process of the group
+            specs = [("member", i, [*common, *self._member_args(i, True), "--count",
+                                    *(["--send"] if i < case.senders else [])]) for i in range(case.members)]
+        else:  # a counting client per daemon, and sending clients spread over the daemons
+            specs = [("member", i, [*common, *self._member_args(i, False), "--count"]) for i in range(case.members)]
+            specs += [("member", i % case.members, [*common, *self._member_args(i % case.members, False), "--send"])
                       for i in range(case.senders)]
         self.progress(f"{case.label()}: joining")
         workers = self._group_workers(specs)
-        members = workers[:case.members]
-        try:
-            for w in workers:
-                w.ready()
-            self.progress(f"{case.label()}: measuring {self.seconds:g} s")
-            window, cpu = self._window(workers, [w.cpu_seconds for w in workers] + [d.cpu_seconds for d in daemons],
-                                       self.seconds)
-        except BaseException:
-            for w in workers:
-                w.kill()
-            raise
-        results = self._collect(workers, self.seconds)
-        delivered = [r["delivered"] for r in results[:len(members)]]
+        self.progress(f"{case.label()}: measuring {self.seconds:g} s")
+        window, cpu, results = self._measure(
+            workers, [w.cpu_seconds for w in workers] + [d.cpu_seconds for d in daemons], self.seconds)
+        delivered = [r["delivered"] for r in results[:case.members]]
         total = sum(delivered)
         msgs_per_s = statistics.fmean(delivered) / window
         self.progress(f"{case.label()}: latency")
-        rtts = self._latency(case, group, daemons)
-        one_way_ms = [rtt / 2 * 1000 for rtt in rtts]
-        result: dict[str, Any] = {
-            **asdict(case), "guard": self.guard, "seconds": round(window, 3),
+        one_way_ms = [rtt / 2 * 1000 for rtt in self._latency(case, group)]
+        return {
+            **asdict(case), "guard": self.guard, "netns": bool(self.hosts.netns),
+            "loss": self.hosts.loss, "seconds": round(window, 3),
             "msgs_per_s": msgs_per_s,
             **baseline,
             "ratio": msgs_per_s / baseline["baseline_msgs_per_s"] if baseline["baseline_msgs_per_s"] else None,
@@ -278,32 +306,17 @@ class Bench:
             "latency_samples": len(one_way_ms),
             "peak_rss_kib": [d.peak_rss_kib() for d in daemons],
         }
-        return result
 
-    def _latency(self, case: Case, group: str, daemons: list[DaemonProcess]) -> list[float]:
+    def _latency(self, case: Case, group: str) -> list[float]:
         """Ping-pong between two members at light load: one message in flight; returns round trips (s)."""
-        common = ["--group", f"{group}-ping", "--qos", case.qos, "--size", str(min(case.size, 1000)),
-                  "--bind", self.bind]
-        if case.embedded:
-            where = [["--embedded"] + (["--auth-key", str(self.key_path)] if self.key_path else [])
-                     + (["--encrypt"] if self.guard == "encrypt" else [])] * case.members
-        else:
-            where = [["--socket", str(d.socket)] for d in daemons]
         if case.members == 1:
             return []
+        common = ["--group", f"{group}-ping", "--qos", case.qos, "--size", str(min(case.size, 1000))]
         workers = self._group_workers([
-            ("pong", [*common, *where[1]]),
-            *(("member", [*common, *w]) for w in where[2:]),  # the rest of the group, idle
-            ("ping", [*common, *where[0], "--members", str(case.members)]),
+            ("pong", 1, [*common, *self._member_args(1, case.embedded)]),
+            *(("member", i, [*common, *self._member_args(i, case.embedded)])  # the rest of the group, idle
+              for i in range(2, case.members)),
+            ("ping", 0, [*common, *self._member_args(0, case.embedded), "--members", str(case.members)]),
         ])
-        try:
-            for w in workers:
-                w.ready()
-            seconds = min(LATENCY_SECONDS, self.seconds)
-            self._window(workers, [], seconds)
-        except BaseException:
-            for w in workers:
-                w.kill()
-            raise
-        results = self._collect(workers, seconds)
+        _, _, results = self._measure(workers, [], min(LATENCY_SECONDS, self.seconds))
         return list(results[-1]["rtts"])

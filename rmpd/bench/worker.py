@@ -60,7 +60,7 @@ async def raw_send(args: argparse.Namespace) -> None:
     payload = b"x" * args.size
     emit({"ready": True})
     _begin, end = await wait_for_window()
-    sent = dropped = 0
+    sent = dropped = lost = 0
     while time.time() < end:
         for _ in range(RAW_BATCH):
             try:
@@ -69,9 +69,11 @@ async def raw_send(args: argparse.Namespace) -> None:
             except BlockingIOError:
                 dropped += 1
                 await trio.lowlevel.wait_writable(sock)
+            except OSError:  # e.g. EPERM from an iptables DROP on the way out: a lost datagram, as for rmpd
+                lost += 1
         await trio.lowlevel.checkpoint()
     sock.close()
-    emit({"sent": sent, "send_blocked": dropped})
+    emit({"sent": sent, "send_blocked": dropped, "send_failed": lost})
 
 
 async def raw_recv(args: argparse.Namespace) -> None:

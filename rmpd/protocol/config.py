@@ -15,21 +15,25 @@ class EngineConfig:
     """A token site idle this long passes the token with a NULL ACK (section 4.2)."""
     nack_delay: float = 0.01
     """Wait this long after spotting a hole before the first NACK, so a merely reordered packet is not asked for."""
-    nack_timeout: float = 0.1
-    """Resend an unanswered NACK after this long (doubling up to rto_max), naming the next site."""
+    nack_timeout: float = 0.02
+    """Resend an unanswered NACK after this long (doubling up to rto_max), naming the next site.  Short, because
+    the next token site waits for the packets it asks for: under 20% loss a 100 ms timer cost a loaded ring more
+    than half its goodput in simulation."""
     nack_rotate: int = 3
     """After this many unanswered NACKs a NACK names no site, so any site holding the packets answers."""
     stall_timeout: float = 1.5
     """With undelivered messages and no new ACK for this long, ask for anything beyond the last known ACK."""
     window_packets: int = 64
     """Own packets in flight (sent, not yet ordered) at most, whatever the byte window allows."""
-    min_packet: int = 1024
-    """MIN_PACKET of figure 4.2: the window never shrinks below it, and packing always allows this much."""
+    min_packet: int = 8192
+    """MIN_PACKET of figure 4.2: the window never shrinks below it, and packing always allows this much.  A
+    one-kilobyte floor left a sender one packet in flight under steady loss (a fifth of its loss-free goodput in
+    simulation at 20% loss); eight kilobytes keeps packets packed and the ring busy."""
     max_packet: int = 16384
     """MAX_PACKET of figure 4.2: packing gathers small messages into packets of at most this many bytes."""
     max_message: int = 16 * 1024 * 1024
     """Largest application message; larger than ``max_packet``, it travels as fragments and is delivered whole."""
-    initial_window: int = 16384
+    initial_window: int = 65536
     """Bytes in flight a sender starts with; slow start grows it from there (section 4.6)."""
     max_window: int = 1 << 20
     """The byte window's ceiling."""

@@ -490,8 +490,8 @@ class GroupEngine(Reformation):
         if not self.outstanding:
             self.rto.stop()
             return
-        self.window.congested()
-        self.stats["window_halved_timeout"] += 1
+        if self.window.congested(now, self.data_rtt.rto):
+            self.stats["window_halved_timeout"] += 1
         for i, packet in enumerate(self.outstanding.values()):
             if i >= self.config.retransmit_burst:
                 break
@@ -575,6 +575,10 @@ class GroupEngine(Reformation):
         self.latest_ack_ts = ts
         self.last_ack_sender = sender
         self.token_site = next_site
+        if self.outstanding and self.rto.deadline is not None:
+            # The ring is ordering: our packets are waiting their turn (at the latest the token reaches us and
+            # we order them ourselves), not lost; the data timer measures a ring that stopped moving.
+            self._start_rto(now)
         if self.pass_pending is not None and ts > self.pass_pending.ts:
             self._pass_confirmed(now)
         if next_site == self.pid and (sender != self.pid or self.view.size == 1):
@@ -1017,7 +1021,7 @@ class GroupEngine(Reformation):
     def _on_nack(self, nack: Nack, now: float) -> None:
         """Resend what a NACK asks for.  A NACK naming this process is answered by multicast (others likely lack the
         same packets); a tail NACK, or one naming no one (which every holder answers), only to the requester."""
-        self._nacked_own(nack)
+        self._nacked_own(nack, now)
         if nack.target is not None and nack.target != self.pid:
             return
         self.stats["nacks_answered"] += 1
@@ -1043,7 +1047,7 @@ class GroupEngine(Reformation):
             else:
                 self._multicast(packet, now)
 
-    def _nacked_own(self, nack: Nack) -> None:
+    def _nacked_own(self, nack: Nack, now: float) -> None:
         """A NACK that asks for one of our packets tells us a receiver is overrun: halve the send window (once
         per lost packet, section 4.6)."""
         own = [seq for src, seq in nack.data if src == self.pid]
@@ -1051,7 +1055,7 @@ class GroupEngine(Reformation):
             slot = self.q.get(ts)
             if slot is not None and slot.key is not None and slot.key[0] == self.pid:
                 own.append(slot.key[1])
-        if own and self.window.nack_named(max(own)):
+        if own and self.window.nack_named(max(own), now, self.data_rtt.rto):
             self.stats["window_halved_nack"] += 1
 
     # ------------------------------------------------------------------------------------------------------------

@@ -46,7 +46,7 @@ class RttEstimator:
 class SendWindow:
     """Bytes this sender may have in transit; see the module docstring for how it moves."""
 
-    __slots__ = ("in_flight", "max_packet", "max_window", "min_packet", "nacked", "threshold", "window")
+    __slots__ = ("cut_at", "in_flight", "max_packet", "max_window", "min_packet", "nacked", "threshold", "window")
     # in_flight: bytes of our packets sent and not yet ordered (the engine adds and removes them).
 
     def __init__(self, *, min_packet: int, max_packet: int, initial: int, max_window: int) -> None:
@@ -57,6 +57,8 @@ class SendWindow:
         self.threshold = max_window
         self.in_flight = 0
         self.nacked: deque[int] = deque(maxlen=3)
+        self.cut_at: float | None = None
+        """When the window was last halved: signals within one round trip after it are the same congestion."""
 
     def room(self) -> int:
         return max(0, self.window - self.in_flight)
@@ -84,15 +86,21 @@ class SendWindow:
             self.window += max(1, self.min_packet * size // self.window)  # then linear
         self.window = min(self.window, self.max_window)
 
-    def congested(self) -> None:
-        """A retransmission timer expired: halve (never below one minimum packet)."""
+    def congested(self, now: float, round_trip: float) -> bool:
+        """A retransmission timer expired: halve (never below one minimum packet), unless the window was already
+        halved less than one round trip ago, since every packet in flight then may time out for the same loss
+        (as TCP cuts once per loss event).  True if halved."""
+        if self.cut_at is not None and now - self.cut_at < round_trip:
+            return False
+        self.cut_at = now
         self.window = max(self.min_packet, self.window // 2)
         self.threshold = self.window
+        return True
 
-    def nack_named(self, seq: int) -> bool:
-        """A NACK asked for our packet ``seq``: halve, unless a NACK for it was seen already.  True if halved."""
+    def nack_named(self, seq: int, now: float, round_trip: float) -> bool:
+        """A NACK asked for our packet ``seq``: halve, unless a NACK for it was seen already (the paper's cache
+        of three) or the window was just halved.  True if halved."""
         if seq in self.nacked:
             return False
         self.nacked.append(seq)
-        self.congested()
-        return True
+        return self.congested(now, round_trip)

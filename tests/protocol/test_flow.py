@@ -49,23 +49,24 @@ def test_slow_start_doubles_per_round_then_grows_linearly() -> None:
     assert w.window == 16000 + 1000 * 1000 // 16000  # linear once past the threshold
 
 
-def test_timeouts_halve_the_window_but_never_below_one_minimum_packet() -> None:
+def test_timeouts_halve_the_window_once_per_round_trip_never_below_one_minimum_packet() -> None:
     w = window(initial=8000)
-    w.congested()
+    assert w.congested(1.0, 0.1)
     assert w.window == 4000 and w.threshold == 4000
-    for _ in range(10):
-        w.congested()
+    assert not w.congested(1.05, 0.1) and w.window == 4000  # the same loss, seen by another packet's timer
+    for i in range(10):
+        w.congested(2.0 + i, 0.1)
     assert w.window == 1000
 
 
 def test_a_nack_halves_once_per_lost_packet_remembering_the_last_three() -> None:
     w = window(initial=64000)
-    assert w.nack_named(5) and w.window == 32000
-    assert not w.nack_named(5) and w.window == 32000  # another receiver lost the same packet
-    for seq in (6, 7, 8):
-        assert w.nack_named(seq)
+    assert w.nack_named(5, 1.0, 0.1) and w.window == 32000
+    assert not w.nack_named(5, 2.0, 0.1) and w.window == 32000  # another receiver lost the same packet
+    for i, seq in enumerate((6, 7, 8)):
+        assert w.nack_named(seq, 3.0 + i, 0.1)
     assert w.window == 4000
-    assert w.nack_named(5)  # fell out of the three-entry cache
+    assert w.nack_named(5, 9.0, 0.1)  # fell out of the three-entry cache
     assert w.window == 2000
 
 

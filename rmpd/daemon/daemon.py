@@ -45,7 +45,7 @@ async def run_daemon(config: DaemonConfig, guard: DatagramGuard | None = None) -
     path = config.socket_path()
     listener = await bind_unix_listener(path, config.socket_mode, group=config.socket_group,
                                         dir_mode=config.runtime_dir_mode)
-    hub = Hub(shell, str(path))
+    hub = Hub(shell, str(path), overrun_frames=max(1, config.client_queue // 2))
     try:
         with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
             async with trio.open_nursery() as nursery:

@@ -43,7 +43,7 @@ DELIVERY_FRAME_BYTES = 4 * 1024 * 1024
 
 
 class Hub:
-    def __init__(self, shell: ProcessShell, socket_path: str) -> None:
+    def __init__(self, shell: ProcessShell, socket_path: str, overrun_frames: int = 5000) -> None:
         self.shell = shell
         self.socket_path = socket_path
         self.sessions: set[Session] = set()
@@ -62,12 +62,17 @@ class Hub:
         """Deliveries of the current drain per group, not yet pushed to clients."""
         shell.after_drain.append(self._send_deliveries)
         shell.after_drain.append(self._answer_delayed_sends)
+        shell.after_drain.append(self._check_overrun)
+        self.overrun: set[str] = set()
+        """Groups whose engine is holding the token back because a local client of the group is far behind."""
+        self.overrun_frames = overrun_frames
 
     # ------------------------------------------------------------------------------------------------------------
     # Sessions
 
     def add(self, session: Session) -> None:
         self.sessions.add(session)
+        session.on_written = self._check_overrun
 
     def remove(self, session: Session) -> None:
         """A client went away: detach it from its groups and give back its locks."""
@@ -308,6 +313,16 @@ class Hub:
                 if size >= DELIVERY_FRAME_BYTES or i == len(messages) - 1:
                     self._fan_out(name, {"event": "deliveries", "group": name, "messages": messages[start:i + 1]})
                     start, size = i + 1, 0
+
+    def _check_overrun(self) -> None:
+        """A group with a client more than ``overrun_frames`` behind stops accepting the token until the client
+        catches up (section 4.6), rather than letting the client fall further behind and be cut off."""
+        for group in list(self.attached.keys() | self.overrun):
+            behind = any(s.queued > self.overrun_frames for s in self.attached.get(group, ()))
+            if behind != (group in self.overrun):
+                (self.overrun.add if behind else self.overrun.discard)(group)
+                self.stats["overrun_on" if behind else "overrun_off"] += 1
+                self.shell.set_overrun(group, behind)
 
     def _fan_out(self, group: str, message: dict[str, Any]) -> None:
         for session in list(self.attached.get(group, ())):

@@ -8,6 +8,7 @@ reader stall the ring or grow the daemon's memory without limit.
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable
 from typing import Any
 
 import trio
@@ -33,6 +34,8 @@ class Session:
         self.cut_reason: dict[str, Any] | None = None
         self.scope = trio.CancelScope()
         self.dropped = 0
+        self.on_written: Callable[[], None] = lambda: None
+        """Called after each write: the hub checks whether this client caught up."""
         self.peer: tuple[int, int, int] | None = None
         """(pid, uid, gid) of the client process, from SO_PEERCRED."""
 
@@ -78,6 +81,7 @@ class Session:
                 batch.append(more)
                 size += len(more)
             await self.stream.send_all(b"".join(batch) if len(batch) > 1 else frame)
+            self.on_written()
         if self.cut_reason is not None:
             await self.stream.send_all(encode_frame(self.cut_reason))
 

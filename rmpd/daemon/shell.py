@@ -182,6 +182,10 @@ class ProcessShell:
         self.drain()
         return seqs if len(seqs) == len(payloads) else None
 
+    def set_overrun(self, group: str, overrun: bool) -> None:
+        self.process.set_overrun(group, overrun, trio.current_time())
+        self.drain()
+
     def has_room(self, group: str) -> bool:
         """May another message be queued for ``group`` without exceeding SEND_BACKLOG?"""
         engine = self.process.engines.get(group)

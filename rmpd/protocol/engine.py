@@ -189,6 +189,8 @@ class GroupEngine(Reformation):
         self._first_sent: dict[int, float] = {}
         """When each outstanding packet of ours was sent, for packets not retransmitted (Karn's rule)."""
         self._pass_sent_at: float | None = None
+        self.overrun = False
+        """The application cannot take more deliveries for now: do not accept the token (section 4.6)."""
         self._reassembly: dict[ProcessId, list[bytes]] = {}
         """Pieces of a fragmented message delivered so far, per source."""
 
@@ -333,6 +335,18 @@ class GroupEngine(Reformation):
         while queue and len(self.outstanding) < self.config.window_packets and self.window.may_send(queue[0].size):
             queued = queue.popleft()
             self._transmit_new(queued.packet(self.view.view_id, self.pid), now)
+
+    def set_overrun(self, overrun: bool, now: float) -> None:
+        """Section 4.6: a process that runs out of buffers delays accepting the token, so nothing more is ordered
+        anywhere until it catches up, instead of dropping what was accepted.  Senders' windows then fill and they
+        slow down.  Delayed too long, it is declared failed by its predecessor, as the paper intends."""
+        if overrun == self.overrun:
+            return
+        self.overrun = overrun
+        if overrun:
+            self.stats["overruns"] += 1
+        else:
+            self._progress(now)
 
     def receive_datagram(self, data: bytes, addr: ProcessId | None, now: float) -> None:
         """Handle one datagram from the network.  Nothing raised by hostile bytes escapes."""
@@ -932,7 +946,7 @@ class GroupEngine(Reformation):
     def _try_accept(self, now: float) -> tuple[int, ProcessId] | None:
         """Accept the token if named and holding everything it requires; returns (ACK ts, previous site)."""
         target = self.accept_target
-        if target is None or not self._holds_through(target[1]):
+        if target is None or self.overrun or not self._holds_through(target[1]):
             return None
         ack_ts, last_ts, prev, quiet = target
         self.accept_target = None

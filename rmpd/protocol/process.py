@@ -106,6 +106,13 @@ class RmpProcess:
         self._collect(now)
         return seq
 
+    def set_overrun(self, group: str, overrun: bool, now: float) -> None:
+        """The application of ``group`` is behind (or caught up): see GroupEngine.set_overrun."""
+        engine = self.engines.get(group)
+        if engine is not None:
+            engine.set_overrun(overrun, now)
+            self._collect(now)
+
     def lock(self, group: str, lock: int, now: float) -> int:
         request_id = self._engine(group).lock(lock, now)
         self._collect(now)

@@ -157,3 +157,20 @@ def test_a_member_that_joined_mid_message_does_not_deliver_its_tail() -> None:
     head = Data(ring.view.view_id, ring.pids[0], 6, QoS.SOURCE, None, Fragment(True, True, b"ab"))
     last = Data(ring.view.view_id, ring.pids[0], 7, QoS.SOURCE, None, Fragment(False, False, b"c"))
     assert engine._messages_of(head) == () and engine._messages_of(last) == (b"abc",)
+
+
+def test_an_overrun_member_holds_the_token_back_until_it_catches_up() -> None:
+    ring = Ring(3)
+    slow = ring[1]
+    slow.set_overrun(True, ring.now)
+    ring.send(0, b"first", QoS.TOTAL)  # member 0 holds the token: orders it, passes the token to member 1
+    ring.advance(0.5)
+    ring.send(2, b"second", QoS.TOTAL)
+    ring.advance(0.5)
+    accepts = slow.stats["token_accepts"]
+    assert ring.delivered(2) == [b"first"] and accepts == 0  # nothing more is ordered anywhere
+    slow.set_overrun(False, ring.now)
+    ring._collect(ring.pids[1])
+    ring.advance(1.0)
+    assert all(ring.delivered(i) == [b"first", b"second"] for i in range(3))
+    assert slow.stats["token_accepts"] > accepts and slow.stats["overruns"] == 1

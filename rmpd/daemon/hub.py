@@ -17,6 +17,8 @@ import logging
 from collections import defaultdict, deque
 from typing import Any
 
+import trio
+
 from rmpd.protocol.events import Delivery, Event, JoinFailed, Left, LockResult, SendRefused, ViewInstalled
 from rmpd.protocol.process import NotMember
 from rmpd.protocol.qos import Level
@@ -37,6 +39,10 @@ PERSISTENT = "persistent"
 """Owner of a lock taken with ``persist`` (``rmp lock``): the daemon keeps it until a persistent unlock."""
 
 Owner = Session | str | None
+
+OVERRUN_GRACE = 1.0
+"""Seconds a group may hold the token back for a local client that is behind before that client is cut off; well
+under the time the ring takes to declare a silent token site failed (ten doubling retries)."""
 
 DELIVERY_FRAME_BYTES = 4 * 1024 * 1024
 """Payload bytes gathered into one deliveries frame before another is started."""
@@ -63,8 +69,8 @@ class Hub:
         shell.after_drain.append(self._send_deliveries)
         shell.after_drain.append(self._answer_delayed_sends)
         shell.after_drain.append(self._check_overrun)
-        self.overrun: set[str] = set()
-        """Groups whose engine is holding the token back because a local client of the group is far behind."""
+        self.overrun: dict[str, float] = {}
+        """Groups whose engine is holding the token back because a local client is far behind, and since when."""
         self.overrun_frames = overrun_frames
 
     # ------------------------------------------------------------------------------------------------------------
@@ -316,13 +322,25 @@ class Hub:
 
     def _check_overrun(self) -> None:
         """A group with a client more than ``overrun_frames`` behind stops accepting the token until the client
-        catches up (section 4.6), rather than letting the client fall further behind and be cut off."""
-        for group in list(self.attached.keys() | self.overrun):
-            behind = any(s.queued > self.overrun_frames for s in self.attached.get(group, ()))
-            if behind != (group in self.overrun):
-                (self.overrun.add if behind else self.overrun.discard)(group)
+        catches up (section 4.6), rather than letting the client fall further behind.  A client still behind
+        after OVERRUN_GRACE seconds is cut off as a slow consumer: one stuck reader must not stall the ring until
+        the others declare this daemon failed."""
+        now = trio.current_time()
+        for group in list(self.attached.keys() | self.overrun.keys()):
+            behind = [s for s in self.attached.get(group, ()) if not s.closed and s.queued > self.overrun_frames]
+            since = self.overrun.get(group)
+            if behind and since is not None and now - since > OVERRUN_GRACE:
+                for session in behind:
+                    session.cut(errors.SLOW_CONSUMER, f"held the group {group!r} back for {OVERRUN_GRACE:g} s")
+                    self.stats["overrun_cut"] += 1
+                behind = []
+            if bool(behind) != (since is not None):
+                if behind:
+                    self.overrun[group] = now
+                else:
+                    del self.overrun[group]
                 self.stats["overrun_on" if behind else "overrun_off"] += 1
-                self.shell.set_overrun(group, behind)
+                self.shell.set_overrun(group, bool(behind))
 
     def _fan_out(self, group: str, message: dict[str, Any]) -> None:
         for session in list(self.attached.get(group, ())):

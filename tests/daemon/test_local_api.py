@@ -3,6 +3,7 @@ daemon keeps serving; the socket is mode 0660; READY=1 reaches the service manag
 
 from __future__ import annotations
 
+import contextlib
 import grp
 import os
 import random
@@ -176,24 +177,36 @@ def test_handler_locks_belong_to_the_client_that_took_them(daemons) -> None:
     assert result.returncode == 1 and "not-owner" in result.stderr and len(result.stderr.strip().splitlines()) == 1
 
 
-def test_a_client_that_reads_too_slowly_is_cut_off_as_slow_consumer(daemons, tmp_path) -> None:
+def test_a_slow_reader_slows_the_group_and_a_stuck_one_is_cut_off(daemons, tmp_path) -> None:
+    """Section 4.6: a member whose client is behind holds the token back, so the sender is paced to the reader
+    and nothing is lost; a client that stops reading is cut off with slow-consumer and the group goes on."""
     config = tmp_path / "small-queue.toml"
     config.write_text("client_queue = 50\n" + FAST_JOIN)
     d = daemons(config=config)
     d.rmp("join", "flood")
-    slow = RawClient(d.socket)
-    slow.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-    assert slow.request({"op": "join", "id": 1, "group": "flood"})["ok"]
+    slow, stuck = RawClient(d.socket), RawClient(d.socket)
+    for client in (slow, stuck):
+        client.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        assert client.request({"op": "join", "id": 1, "group": "flood"})["ok"]
     sender = subprocess.Popen([RMP, "--socket", str(d.socket), "send", "flood", "--count", "3000", "--size",
                                "1000"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     frames = []
-    try:
-        while True:  # a reader slower than the group: about 200 frames a second
-            frames.append(slow.read())
-            time.sleep(0.005)
-    except (AssertionError, OSError):
-        pass
+    delivered = 0
+    while delivered < 3000:  # a reader slower than the sender: at most about 200 frames a second
+        frame = slow.read()
+        frames.append(frame)
+        assert "error" not in frame, frame
+        if frame.get("event") == "deliveries":
+            delivered += len(frame["messages"])
+        time.sleep(0.005)
     assert sender.wait(60) == 0
-    assert frames[-1]["error"] == "slow-consumer", frames[-1]
+    stuck.sock.settimeout(30)
+    last = None
+    with contextlib.suppress(AssertionError, OSError):
+        while True:
+            last = stuck.read()
+    assert last is not None and last.get("error") == "slow-consumer", last
     assert d.proc.poll() is None
     assert d.rmp_json("members", "flood")["members"] == [d.pid]
+    counters = d.counters()
+    assert counters["hub_overrun_on"] >= 1 and counters["hub_overrun_cut"] == 1 and counters["overruns"] >= 1

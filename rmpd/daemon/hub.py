@@ -40,6 +40,9 @@ PERSISTENT = "persistent"
 
 Owner = Session | str | None
 
+OVERRUN_BYTES = 4 * 1024 * 1024
+"""A client with more than this queued (or more than half of client_queue frames) is behind: what the daemon
+buffers for a client is bounded in bytes, not only in frames of any size."""
 OVERRUN_GRACE = 1.0
 """Seconds a group may hold the token back for a local client that is behind before that client is cut off; well
 under the time the ring takes to declare a silent token site failed (ten doubling retries)."""
@@ -152,11 +155,20 @@ class Hub:
                 "persistent": group in self.persistent,
                 "clients": len(self.attached.get(group, ())),
                 "locks": sorted(lock for (g, lock) in self.lock_owner if g == group),
+                "buffers": self._buffers(group),
             })
         counters = self.shell.counters()
         counters.update({f"hub_{k}": v for k, v in self.stats.items()})
         return {"pid": self.shell.pid, "socket": self.socket_path, "groups": groups,
                 "clients": len(self.sessions), "auth": self.shell.guard.describe(), "counters": counters}
+
+    def _buffers(self, group: str) -> dict[str, int]:
+        """What the group holds in memory here: OrderingQ slots, data packets, own packets in flight and queued,
+        and the bytes queued for its local clients."""
+        engine = self.shell.process.engines.get(group)
+        held = {"orderingq": len(engine.q.slots), "packets": len(engine.data), "in_flight": len(engine.outstanding),
+                "send_queue": len(engine.send_queue)} if engine is not None else {}
+        return {**held, "client_bytes": sum(s.queued_bytes for s in self.attached.get(group, ()))}
 
     def _op_join(self, session: Session, request: Request) -> dict[str, Any] | None:
         group = request.group
@@ -321,13 +333,14 @@ class Hub:
                     start, size = i + 1, 0
 
     def _check_overrun(self) -> None:
-        """A group with a client more than ``overrun_frames`` behind stops accepting the token until the client
-        catches up (section 4.6), rather than letting the client fall further behind.  A client still behind
-        after OVERRUN_GRACE seconds is cut off as a slow consumer: one stuck reader must not stall the ring until
-        the others declare this daemon failed."""
+        """A group with a client more than ``overrun_frames`` (or OVERRUN_BYTES) behind stops accepting the token
+        until the client catches up (section 4.6), rather than letting the client fall further behind.  A client
+        still behind after OVERRUN_GRACE seconds is cut off as a slow consumer: one stuck reader must not stall the
+        ring until the others declare this daemon failed."""
         now = trio.current_time()
         for group in list(self.attached.keys() | self.overrun.keys()):
-            behind = [s for s in self.attached.get(group, ()) if not s.closed and s.queued > self.overrun_frames]
+            behind = [s for s in self.attached.get(group, ()) if not s.closed and (
+                s.queued > self.overrun_frames or s.queued_bytes > OVERRUN_BYTES)]
             since = self.overrun.get(group)
             if behind and since is not None and now - since > OVERRUN_GRACE:
                 for session in behind:

@@ -34,6 +34,8 @@ class Session:
         self.cut_reason: dict[str, Any] | None = None
         self.scope = trio.CancelScope()
         self.dropped = 0
+        self.queued_bytes = 0
+        """Bytes of frames queued and not yet written: what a slow client costs the daemon in memory."""
         self.on_written: Callable[[], None] = lambda: None
         """Called after each write: the hub checks whether this client caught up."""
         self.peer: tuple[int, int, int] | None = None
@@ -43,8 +45,10 @@ class Session:
         """Queue one frame; False if the client is gone or was just cut off for being slow."""
         if self.closed:
             return False
+        frame = encode_frame(message)
         try:
-            self._tx.send_nowait(encode_frame(message))
+            self._tx.send_nowait(frame)
+            self.queued_bytes += len(frame)
         except trio.WouldBlock:
             self.cut(SLOW_CONSUMER, f"client fell {self._rx.statistics().current_buffer_used} frames behind")
             return False
@@ -81,6 +85,7 @@ class Session:
                 batch.append(more)
                 size += len(more)
             await self.stream.send_all(b"".join(batch) if len(batch) > 1 else frame)
+            self.queued_bytes -= size
             self.on_written()
         if self.cut_reason is not None:
             await self.stream.send_all(encode_frame(self.cut_reason))
@@ -90,7 +95,8 @@ class Session:
         return self._rx.statistics().current_buffer_used
 
     def describe(self) -> dict[str, Any]:
-        return {"id": self.id, "groups": sorted(self.groups), "queued": self.queued}
+        return {"id": self.id, "groups": sorted(self.groups), "queued": self.queued,
+                "queued_bytes": self.queued_bytes}
 
 
 __all__ = ["Session"]

@@ -13,6 +13,8 @@ class EngineConfig:
     """Exponential back-off is clamped here (RMP paper, section 4.6)."""
     null_ack_interval: float = 1.0
     """A token site idle this long passes the token with a NULL ACK (section 4.2)."""
+    null_ack_prompt: float = 0.001
+    """... or only this long while packets it ordered are not yet stable (so resilient messages are not delayed)."""
     nack_delay: float = 0.01
     """Wait this long after spotting a hole before the first NACK, so a merely reordered packet is not asked for."""
     nack_timeout: float = 0.02

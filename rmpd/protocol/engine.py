@@ -962,8 +962,14 @@ class GroupEngine(Reformation):
         return self.q.contig >= ts
 
     def _schedule_null(self, now: float) -> None:
+        """An idle token site passes the token with a NULL ACK after ``null_ack_interval``, or almost at once
+        while something ordered is not yet delivered here or not yet known held by everyone: resilient (K,
+        majority, safe) messages become deliverable only as the token goes round, and at light load they would
+        otherwise wait a whole interval per member."""
         if self.incoming_quiet < self.view.size - 1:
-            self.null_deadline = now + self.config.null_ack_interval
+            waiting = self.deliver_ts <= self.q.high or self.q.base < self.latest_ack_ts
+            delay = self.config.null_ack_prompt if waiting else self.config.null_ack_interval
+            self.null_deadline = now + delay
         else:
             self.null_deadline = None
 
@@ -1179,11 +1185,13 @@ class GroupEngine(Reformation):
         self.deliver_ts += 1
 
     def _free_stable(self) -> None:
-        """Free slots from the front once delivered here and held by every member."""
+        """Free slots from the front once delivered here and held by every member that was a member then.
+
+        A member that joined later never holds what was ordered before it came (it starts after its New List),
+        so waiting for it would keep every slot of a group formed by joins forever."""
         q = self.q
-        size = self.view.size
         while q.base < self.deliver_ts and q.base < self.latest_ack_ts:
-            if self.holders_of(q.base) < size:
+            if self.holders_of(q.base) < self._eligible_holders(q.base):
                 return
             slot = q.pop_front()
             if slot.key is not None:

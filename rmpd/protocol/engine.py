@@ -939,6 +939,11 @@ class GroupEngine(Reformation):
         since = self.member_since
         return 1 + sum(1 for m in self.view.members if m != self.pid and since.get(m, 0) <= ts)
 
+    def _holders_needed(self, qos: QoS, ts: int, size: int) -> int:
+        """Members that must be known to hold the slot at ``ts`` before a resilient packet there is delivered: the
+        QoS rule over MaxN, lowered to the members that can still prove it (``_eligible_holders``)."""
+        return min(qos.required_holders(size), self._eligible_holders(ts))
+
     def max_n(self) -> int:
         """MaxN: the largest view any packet still held was ordered in."""
         return max(size for _, size in self.view_sizes)
@@ -1021,7 +1026,7 @@ class GroupEngine(Reformation):
         if tail:
             tries = self.stall_tries
             self.stall_tries += 1
-            delay = min(self.config.stall_timeout * (2 ** min(self.stall_tries, 4)), 4 * self.config.rto_max)
+            delay = min(self.config.stall_timeout * (2 ** min(self.stall_tries, 4)), self.config.rto_max)
             self.stall_deadline = now + delay
         else:
             self.nack_deadline = None
@@ -1174,7 +1179,7 @@ class GroupEngine(Reformation):
                 holders = 1
             else:
                 holders = self.holders_of(slot.ts)
-                need = min(packet.qos.required_holders(size), self._eligible_holders(slot.ts))
+                need = self._holders_needed(packet.qos, slot.ts, size)
                 if holders < need:
                     return
             self._deliver(packet, slot.ts, now, holders, need)

@@ -147,7 +147,14 @@ def test_audit_and_checker_agree(audited: Audited) -> None:
     for run in runs:
         audit = audited.violated(run.group)
         checker = run.checker_violated()
-        if bool(audit) != bool(checker) or not (checker & set(SHARED)) <= audit:
+        shared = checker & set(SHARED)
+        if run.engine is broken.ReusesViewIds:
+            # Two views with one ID: whatever either side keys by view (holders, view sets) is judged against a
+            # mixture of both views, differently by each; the reuse itself must be named by both.
+            shared = shared - {"k-resilience", "virtual-synchrony"}
+            if "unique-view-id" not in audit:
+                disagreements.append((run.group, sorted(audit), sorted(checker)))
+        if bool(audit) != bool(checker) or not shared <= audit:
             disagreements.append((run.group, sorted(audit), sorted(checker)))
     assert disagreements == [], "\n".join(map(str, disagreements))
     caught = {name for run in runs for name in run.checker_violated() & set(SHARED)}

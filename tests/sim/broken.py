@@ -9,7 +9,7 @@ from rmpd.protocol.engine import GroupEngine
 from rmpd.protocol.ids import ViewId
 from rmpd.protocol.membership import Change
 from rmpd.protocol.packets import Data, ListChangeRequest, NewList
-from rmpd.protocol.qos import Level
+from rmpd.protocol.qos import Level, QoS
 
 
 class AcceptsWithHoles(GroupEngine):
@@ -40,10 +40,11 @@ class DeliversDuplicates(GroupEngine):
 
 
 class IgnoresResilience(GroupEngine):
-    """Treats every ordered message as held by the whole group."""
+    """Delivers resilient messages as soon as they are ordered, as if one holder were enough (and journals the
+    holders it really knew of)."""
 
-    def holders_of(self, ts: int) -> int:
-        return 1_000
+    def _holders_needed(self, qos: QoS, ts: int, size: int) -> int:
+        return 1
 
 
 class SourceOrderOnReceipt(GroupEngine):

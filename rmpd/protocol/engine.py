@@ -21,14 +21,19 @@ from collections import Counter, deque
 from collections.abc import Iterator
 from typing import Any, Protocol
 
+from rmpd.scmp.filter import Verdict
+
 from .config import EngineConfig
-from .events import Delivery, Event, Left, LockResult, SendRefused, Transmit, ViewInstalled
+from .events import CallRequest, Delivery, Event, Left, LockResult, SendRefused, Transmit, ViewInstalled
 from .flow import RttEstimator, SendWindow
 from .ids import ProcessId, ViewCounter, ViewId
 from .membership import Change, apply_change
+from .multirpc import GroupCalls, ScmpSettings, relay_of
 from .orderingq import Conflict, OrderingQ, Slot, SlotKind, SlotState
 from .packets import (
+    RELAYED_TAG,
     Ack,
+    CallStatus,
     Confirm,
     Data,
     DataId,
@@ -37,18 +42,21 @@ from .packets import (
     ListChangeRequest,
     Nack,
     NewList,
+    NonMemberAck,
+    NonMemberData,
     Packet,
     RecoveryAbort,
     RecoveryAckNewList,
     RecoveryStart,
     RecoveryVote,
+    Relayed,
     decode,
     encode,
 )
 from .packing import Queued
 from .qos import Level, QoS
 from .reformation import Reformation
-from .view import View
+from .view import HANDLER_LOCKS, View
 
 RECOVERY_PACKETS = (RecoveryStart, RecoveryVote, RecoveryAckNewList, RecoveryAbort)
 
@@ -117,6 +125,7 @@ class GroupEngine(Reformation):
         joined_by: NewList | None = None,
         first_seq: int = 1,
         first_unreliable_seq: int = 1,
+        scmp: ScmpSettings | None = None,
     ) -> None:
         """Start in ``view``: either as a founding member of a view created out of band (the first member holds
         the token), or, with ``joined_by``, as a joiner admitted by that New List (which names it the next token
@@ -139,6 +148,10 @@ class GroupEngine(Reformation):
         self.config = config or EngineConfig()
         self.rng = rng
         self.stats: Counter[str] = Counter()
+        self.calls = GroupCalls(scmp or ScmpSettings())
+        self.wall_offset = 0.0
+        """Seconds to add to ``now`` for this process's wall clock (the process sets it; SCMP stamps use it)."""
+        """Non-members' calls: the SCMP filter and the RPC server states (multirpc.py)."""
 
         self._datagrams: list[Transmit] = []
         self._events: list[Event] = []
@@ -1084,6 +1097,89 @@ class GroupEngine(Reformation):
             self.stats["window_halved_nack"] += 1
 
     # ------------------------------------------------------------------------------------------------------------
+    # Non-members' calls (section 4.5, decided by SCMP at delivery: multirpc.py)
+
+    def non_member_data(self, packet: NonMemberData, now: float) -> None:
+        """A non-member's call or message: the relay carries it into the order; the other members wait for it."""
+        if self.departed or self.leaving or self.participation is not None:
+            self.stats["call_not_now"] += 1
+            return
+        if packet.handler is not None and not 0 <= packet.handler < HANDLER_LOCKS:
+            self.stats["call_bad_handler"] += 1
+            return
+        if relay_of(self.view, packet.handler) != self.pid:
+            self.stats["call_not_relay"] += 1
+            return
+        if len(packet.payload) > self.config.max_packet:
+            self.stats["call_too_large"] += 1
+            return
+        if not self.calls.should_relay(packet.src, packet.conn, packet.stamp):
+            self.stats["call_copy_in_flight"] += 1
+            return
+        qos = packet.qos if packet.qos.level >= Level.TOTAL else QoS(Level.TOTAL)
+        clock = self.wall_ms(now)
+        body = Relayed(RELAYED_TAG, packet.src, packet.conn, packet.stamp, packet.flags, clock, packet.payload)
+        self.stats["calls_relayed"] += 1
+        self.send_queue.append(Queued(self.next_seq, qos, packet.handler, [], len(packet.payload), relayed=body))
+        self.next_seq += 1
+        self._fill_window(now)
+        self._progress(now)
+
+    def wall_ms(self, now: float) -> int:
+        """This process's clock in ms (the caller passes ``now``; ``wall_offset`` maps it to wall-clock time)."""
+        return int((now + self.wall_offset) * 1000)
+
+    def _deliver_call(self, packet: Data, call: Relayed, ts: int | None, now: float) -> None:
+        """Every member runs the filter on the call here, in total order; the responder acts on the verdict."""
+        view = self.view
+        handler = packet.handler
+        holder = view.lock_holder(handler) if handler is not None else None
+        if handler is not None and holder is None:
+            # Every member sees the same lock table here, so every member skips the filter alike: the call is not
+            # taken, and the caller may send it again once someone holds the handler.
+            self.calls.in_flight.discard((call.caller, call.conn, call.stamp))
+            if packet.src == self.pid:
+                self._answer_call(call, CallStatus.NO_HANDLER, None, now)
+            return
+        responder = holder if holder is not None else packet.src
+        verdict, _, answer = self.calls.decide(call, responder == self.pid, holder is not None)
+        accepted = verdict is Verdict.NEW
+        self.stats[f"calls_{verdict.value}"] += 1
+        self._record("scmp", now, conn=f"{call.caller}/{call.conn}", msg_ts=call.stamp, accepted=accepted, ts=ts,
+                     src=call.caller, qos=packet.qos.name())
+        if accepted and holder is None:
+            self._events.append(Delivery(self.group, call.caller, call.stamp, packet.qos, ts, view.view_id,
+                                         call.payload, None))
+        elif accepted and holder == self.pid:
+            self._events.append(CallRequest(self.group, call.caller, call.conn, call.stamp, handler or 0,
+                                            call.payload, view.view_id))
+        if answer is None:
+            return
+        if holder is None and answer.status is CallStatus.ACK and not call.flags & NonMemberData.FLAG_ACK:
+            return
+        self._answer_call(call, answer.status, answer.reply, now)
+
+    def _answer_call(self, call: Relayed, status: CallStatus, reply: bytes | None, now: float) -> None:
+        self.stats[f"call_answer_{status.name.lower()}"] += 1
+        self._unicast(call.caller, NonMemberAck(self.view.view_id, self.pid, call.conn, call.stamp, status, reply),
+                      now)
+
+    def reply(self, caller: ProcessId, conn: int, stamp: int, payload: bytes, now: float) -> bool:
+        """The application's answer to a :class:`CallRequest`; kept for copies of the call.  False when the call
+        is no longer this member's to answer."""
+        if not self.calls.server.complete((caller, conn), stamp, payload, self.calls.clock):
+            self.stats["reply_stale"] += 1
+            return False
+        self.stats["call_answer_reply"] += 1
+        self._unicast(caller, NonMemberAck(self.view.view_id, self.pid, conn, stamp, CallStatus.REPLY, payload),
+                      now)
+        return True
+
+    def reply_acked(self, packet: NonMemberAck) -> None:
+        """The caller got our reply: it need not be kept (figure 3-1, REPLY-ACK)."""
+        self.calls.server.reply_acked((packet.src, packet.conn), packet.stamp)
+
+    # ------------------------------------------------------------------------------------------------------------
     # Delivery
 
     def _delivered(self, src: ProcessId, seq: int) -> bool:
@@ -1109,6 +1205,8 @@ class GroupEngine(Reformation):
             self._mark_delivered(packet.src, packet.seq)
         self.stats["delivered"] += 1
         messages = self._messages_of(packet)
+        if isinstance(packet.payload, Relayed):
+            self._deliver_call(packet, packet.payload, ts, now)
         for index, payload in enumerate(messages):
             self._events.append(Delivery(self.group, packet.src, packet.seq, packet.qos, ts, self.view.view_id,
                                          payload, packet.handler, index))
@@ -1125,6 +1223,8 @@ class GroupEngine(Reformation):
         """What the application gets for a delivered packet: its message, its packed messages, or, for fragments,
         nothing until the last piece, then the whole message (pieces of one source arrive in sequence order)."""
         body = packet.payload
+        if isinstance(body, Relayed):
+            return ()
         if isinstance(body, Fragment):
             if body.first:
                 self._reassembly[packet.src] = []

@@ -77,4 +77,32 @@ class JoinFailed:
     reason: str
 
 
-Event = Delivery | ViewInstalled | SendRefused | LockResult | Left | JoinFailed
+@dataclass(frozen=True, slots=True)
+class CallRequest:
+    """A non-member's call, accepted as new, for this member to answer (it holds the call's handler lock).
+
+    Answer with ``reply(group, caller, conn, stamp, payload)``; the reply is kept for copies of the call.
+    """
+
+    group: str
+    caller: ProcessId
+    conn: int
+    stamp: int
+    handler: int
+    payload: bytes
+    view: ViewId
+
+
+@dataclass(frozen=True, slots=True)
+class CallAnswered:
+    """The outcome of this process's own call to a group: ``reply`` (None for a call without handler, once
+    delivered), or ``error`` (a code from ``rmpd.protocol.calls.CALL_ERRORS``) with ``reason``."""
+
+    call_id: int
+    group: str
+    reply: bytes | None
+    error: str | None = None
+    reason: str = ""
+
+
+Event = Delivery | ViewInstalled | SendRefused | LockResult | Left | JoinFailed | CallRequest | CallAnswered

@@ -185,10 +185,16 @@ def _locks_dec(v: Any) -> tuple[tuple[int, ProcessId], ...]:
 
 
 def _body_dec(v: Any) -> Body:
-    """One message (bytes), a packed list of at least two, or a fragment [more, chunk]."""
+    """One message (bytes), a packed list of at least two, a fragment [first, more, chunk], or a relayed
+    non-member call ["nm", caller, conn, stamp, flags, clock, payload]."""
     if type(v) is bytes:
         return v
     items = _list(v)
+    if items and items[0] == RELAYED_TAG:
+        if len(items) != 7:
+            raise _fail("a relayed call is [tag, caller, conn, stamp, flags, clock, payload]")
+        return Relayed(RELAYED_TAG, _pid(items[1]), _uint(items[2]), _uint(items[3]), _uint(items[4]),
+                       _uint(items[5]), _bytes(items[6]))
     if items and type(items[0]) is bool:
         if len(items) != 3:
             raise _fail("a fragment is [first, more, chunk]")
@@ -201,6 +207,13 @@ def _body_dec(v: Any) -> Body:
 
 def _body_enc(v: Body) -> bytes | list[Any]:
     return list(v) if isinstance(v, tuple) else v  # a Fragment is a tuple too: [first, more, chunk]
+
+
+def _status_dec(v: Any) -> CallStatus:
+    try:
+        return CallStatus(_uint(v))
+    except ValueError:
+        raise _fail("unknown call status") from None
 
 
 def _optional(dec: Callable[[Any], Any]) -> Callable[[Any], Any]:
@@ -227,6 +240,7 @@ _KINDS: dict[str, tuple[Callable[[Any], Any], Callable[[Any], Any]]] = {
     "view": (_view_enc, _view_dec),
     "opt_view": (lambda v: None if v is None else _view_enc(v), _optional(_view_dec)),
     "qos": (lambda q: q.code(), _qos_dec),
+    "status": (int, _status_dec),
     "ids": (_ids_enc, _ids_dec),
     "uints": (list, _uints_dec),
     "pids": (list, _pids_dec),
@@ -253,7 +267,25 @@ class Fragment(NamedTuple):
     chunk: bytes
 
 
-Body = bytes | tuple[bytes, ...] | Fragment
+class Relayed(NamedTuple):
+    """A non-member's call carried into the total order by the member that relays it (section 4.5).
+
+    ``clock`` is the relaying member's clock in ms when it relayed: every member sees the same value at the same
+    place in the order, so every member's SCMP filter decides the same (docs/protocol.md).
+    """
+
+    tag: str
+    caller: ProcessId
+    conn: int
+    stamp: int
+    flags: int
+    clock: int
+    payload: bytes
+
+
+RELAYED_TAG = "nm"
+
+Body = bytes | tuple[bytes, ...] | Fragment | Relayed
 
 
 @dataclass(frozen=True, slots=True)
@@ -284,6 +316,8 @@ class Data(Packet):
         body = self.payload
         if isinstance(body, Fragment):
             return len(body.chunk)
+        if isinstance(body, Relayed):
+            return len(body.payload)
         return sum(map(len, body)) if isinstance(body, tuple) else len(body)
 
 
@@ -449,37 +483,62 @@ class RecoveryAbort(Packet):
 
 @dataclass(frozen=True, slots=True)
 class NonMemberData(Packet):
-    """Data from a non-member, addressed by group name or a cached view ID (multi-RPC, section 4.5).
+    """A call (or plain message) from a process outside the group, addressed by group name and, once the sender
+    has cached one from an answer, the view ID (multi-RPC, section 4.5).
 
-    ``flags``: bit 0 ack requested, bit 1 repeat reply, bit 2 first packet of this sender.
+    ``conn`` and ``stamp`` are the SCMP message identity (docs/protocol.md, "Non-members and SCMP"): a connection
+    number the sender picks (one per outstanding call) and the sender's clock in ms, strictly increasing on each
+    connection; every copy and retransmission of one call carries the same pair.  ``flags``: bit 0 acknowledge on
+    delivery, bit 1 repeat the reply to every duplicate.  ``handler``: the handler lock whose holder answers.
     """
 
     group: str
     view: ViewId | None
     src: ProcessId
-    seq: int
+    conn: int
+    stamp: int
     qos: QoS
     flags: int
     handler: int | None
     payload: bytes
     TYPE: ClassVar[PacketType] = PacketType.NON_MEMBER_DATA
-    KINDS: ClassVar[tuple[str, ...]] = ("str", "opt_view", "pid", "uint", "qos", "uint", "opt_uint", "bytes")
+    KINDS: ClassVar[tuple[str, ...]] = ("str", "opt_view", "pid", "uint", "uint", "qos", "uint", "opt_uint", "bytes")
 
     FLAG_ACK: ClassVar[int] = 1
     FLAG_REPEAT_REPLY: ClassVar[int] = 2
-    FLAG_FIRST: ClassVar[int] = 4
+
+
+class CallStatus(IntEnum):
+    """What a Non Member ACK says about the call (conn, stamp) it names."""
+
+    ACK = 0
+    """Delivered to the group (and, with a handler, being computed)."""
+    REPLY = 1
+    """The handler's reply, in ``reply``."""
+    UNKNOWN = 2
+    """Rejected by the SCMP filter with no state kept: it may have run before (a copy of a forgotten call, or a
+    call from before a restart) or be a late fresh one; its fate cannot be told, so it will not run now."""
+    TOO_EARLY = 3
+    """Stamped after the group's acceptance bound: the sender's clock runs ahead; the same call may be retried."""
+    NO_HANDLER = 4
+    """No member holds the handler lock the call names."""
+    REPLY_ACK = 5
+    """From the caller to the member that replied: the reply arrived, it need not be kept."""
 
 
 @dataclass(frozen=True, slots=True)
 class NonMemberAck(Packet):
-    """Acknowledgement of, or reply to, a non-member's packet ``seq``, naming the view for the sender to cache."""
+    """An answer about a non-member's call ``(conn, stamp)``, naming the view for the sender to cache; or, with
+    status REPLY_ACK, the caller's acknowledgement of a reply."""
 
     view: ViewId
     src: ProcessId
-    seq: int
+    conn: int
+    stamp: int
+    status: CallStatus
     reply: bytes | None
     TYPE: ClassVar[PacketType] = PacketType.NON_MEMBER_ACK
-    KINDS: ClassVar[tuple[str, ...]] = ("view", "pid", "uint", "opt_bytes")
+    KINDS: ClassVar[tuple[str, ...]] = ("view", "pid", "uint", "uint", "status", "opt_bytes")
 
 
 PACKET_CLASSES: dict[PacketType, type[Packet]] = {

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .ids import ProcessId, ViewId
-from .packets import MAX_LIST, Data, Fragment
+from .packets import MAX_LIST, Data, Fragment, Relayed
 from .qos import QoS
 
 PART_OVERHEAD = 5
@@ -33,9 +33,12 @@ class Queued:
     """For a piece of a fragmented message: more pieces follow (None: not a fragment)."""
     first: bool = False
     """For a piece of a fragmented message: it is the first."""
+    relayed: Relayed | None = None
+    """A non-member's call this member carries into the order (travels alone)."""
 
     def takes(self, qos: QoS, handler: int | None, size: int, limit: int) -> bool:
-        return (self.more is None and qos == self.qos and handler == self.handler and len(self.parts) < MAX_LIST
+        return (self.more is None and self.relayed is None and qos == self.qos and handler == self.handler
+                and len(self.parts) < MAX_LIST
                 and self.size + size + PART_OVERHEAD * (len(self.parts) + 1) <= limit)
 
     def add(self, payload: bytes) -> None:
@@ -43,6 +46,8 @@ class Queued:
         self.size += len(payload)
 
     def packet(self, view: ViewId, src: ProcessId) -> Data:
+        if self.relayed is not None:
+            return Data(view, src, self.seq, self.qos, self.handler, self.relayed)
         if self.more is not None:
             return Data(view, src, self.seq, self.qos, self.handler, Fragment(self.first, self.more, self.parts[0]))
         body = self.parts[0] if len(self.parts) == 1 else tuple(self.parts)

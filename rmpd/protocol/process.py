@@ -14,14 +14,26 @@ from __future__ import annotations
 
 import itertools
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
+from .calls import Caller
 from .config import EngineConfig
 from .engine import Backoff, GroupEngine, Rng
 from .events import Event, JoinFailed, Left, SendRefused, Transmit
 from .ids import ProcessId, ViewCounter
-from .packets import DecodeError, ListChangeRequest, NewList, Packet, decode, encode
+from .multirpc import ScmpSettings, start_upper
+from .packets import (
+    CallStatus,
+    DecodeError,
+    ListChangeRequest,
+    NewList,
+    NonMemberAck,
+    NonMemberData,
+    Packet,
+    decode,
+    encode,
+)
 from .qos import QoS
 from .view import View
 
@@ -41,11 +53,26 @@ class NotMember(Exception):
 class RmpProcess:
     def __init__(self, *, pid: ProcessId, config: EngineConfig | None = None, rng: Rng, now: float,
                  wall_ms: int, multicast_capable: bool = True,
-                 engine_factory: type[GroupEngine] = GroupEngine, seq_base: int = 0) -> None:
+                 engine_factory: type[GroupEngine] = GroupEngine, seq_base: int = 0,
+                 scmp: ScmpSettings | None = None) -> None:
         """``seq_base``: where sequence numbers start in a group this process has not been in before.  A process
         that may restart under the same process ID (a daemon on a fixed port) passes its start time in ms times
-        1000, so a restarted incarnation's messages always number above the ones it sent before."""
+        1000, so a restarted incarnation's messages always number above the ones it sent before.
+
+        ``scmp``: how non-members' calls are filtered; with ``latest`` set (the value found on stable storage, 0
+        when there was none) the process is a resilient SCMP server: it asks for ``latest`` to be persisted
+        (:meth:`persist_request`) and accepts calls stamped up to what the shell reports durable
+        (:meth:`persisted`)."""
         self.pid = pid
+        self.scmp = scmp or ScmpSettings()
+        self.wall_offset = wall_ms / 1000 - now
+        """Seconds from the caller's ``now`` to this process's wall clock."""
+        self.latest = self.scmp.latest
+        self._persist_wanted: int | None = None
+        self._persist_outstanding: int | None = None
+        if self.latest is not None:
+            self._persist_wanted = wall_ms + self.scmp.persist_ahead_ms
+        self.caller = Caller(pid)
         self.engine_factory = engine_factory
         self.config = config or EngineConfig()
         self.rng = rng
@@ -106,6 +133,46 @@ class RmpProcess:
         self._collect(now)
         return seq
 
+    def call(self, group: str, payload: bytes, now: float, *, handler: int | None = 0, timeout: float = 5.0,
+             qos: QoS | None = None) -> int:
+        """Call ``group`` as a non-member (no join needed); a :class:`CallAnswered` event with this ID follows."""
+        call_id = self.caller.call(group, payload, handler, timeout, now, self.wall_ms(now), qos)
+        self._collect(now)
+        return call_id
+
+    def reply(self, group: str, caller: ProcessId, conn: int, stamp: int, payload: bytes, now: float) -> bool:
+        """Answer a :class:`CallRequest` this process received."""
+        ok = self._engine(group).reply(caller, conn, stamp, payload, now)
+        self._collect(now)
+        return ok
+
+    def wall_ms(self, now: float) -> int:
+        return int((now + self.wall_offset) * 1000)
+
+    def persist_request(self) -> int | None:
+        """A value of ``latest`` to write to stable storage (then report it with :meth:`persisted`), or None."""
+        want, self._persist_wanted = self._persist_wanted, None
+        if want is not None:
+            self._persist_outstanding = want
+        return want
+
+    def persisted(self, value: int, now: float) -> None:
+        """``value`` is durable: calls stamped up to it may be accepted (SCMP figure 2-2: write first, then use)."""
+        if self._persist_outstanding is not None and value >= self._persist_outstanding:
+            self._persist_outstanding = None
+        if self.latest is None or value <= self.latest:
+            return
+        self.latest = value
+        for engine in self.engines.values():
+            engine.calls.filter.raise_latest(value)
+        self._collect(now)
+
+    def _latest_refresh_at(self) -> float | None:
+        """When ``latest`` must be pushed ahead again (None without stable storage or while a write is asked for)."""
+        if self.latest is None or self._persist_wanted is not None or self._persist_outstanding is not None:
+            return None
+        return (self.latest - self.scmp.persist_ahead_ms / 2) / 1000 - self.wall_offset
+
     def set_overrun(self, group: str, overrun: bool, now: float) -> None:
         """The application of ``group`` is behind (or caught up): see GroupEngine.set_overrun."""
         engine = self.engines.get(group)
@@ -139,7 +206,21 @@ class RmpProcess:
         self.receive_packet(packet, now)
 
     def receive_packet(self, packet: Packet, now: float) -> None:
-        if isinstance(packet, NewList) and packet.request_src == self.pid and packet.group in self.joining:
+        if isinstance(packet, NonMemberData):
+            engine = self.engines.get(packet.group)
+            if engine is None:
+                self.stats["other_group"] += 1
+            else:
+                engine.non_member_data(packet, now)
+        elif isinstance(packet, NonMemberAck):
+            if packet.status is CallStatus.REPLY_ACK:
+                for engine in self.engines.values():
+                    if engine.accepts_view(packet.view):
+                        engine.reply_acked(packet)
+                        break
+            else:
+                self.caller.receive(packet, now)
+        elif isinstance(packet, NewList) and packet.request_src == self.pid and packet.group in self.joining:
             self._admitted(packet, now)
         elif isinstance(packet, ListChangeRequest):
             engine = self.engines.get(packet.group)
@@ -172,6 +253,10 @@ class RmpProcess:
                         self.create(group, now, min_partition=attempt.request.min_partition)
                 else:
                     self._send_join(attempt, now)
+        refresh = self._latest_refresh_at()
+        if refresh is not None and now >= refresh:
+            self._persist_wanted = self.wall_ms(now) + self.scmp.persist_ahead_ms
+        self.caller.handle_timer(now)
         for engine in list(self.engines.values()):
             deadline = engine.get_timer()
             if deadline is not None and deadline <= now:
@@ -181,6 +266,7 @@ class RmpProcess:
     def get_timer(self) -> float | None:
         deadlines = [a.timer.deadline for a in self.joining.values() if a.timer.deadline is not None]
         deadlines += [d for d in (e.get_timer() for e in self.engines.values()) if d is not None]
+        deadlines += [d for d in (self.caller.get_timer(), self._latest_refresh_at()) if d is not None]
         return min(deadlines) if deadlines else None
 
     # ------------------------------------------------------------------------------------------------------------
@@ -231,17 +317,22 @@ class RmpProcess:
 
     def _install(self, group: str, view: View, now: float, joined_by: NewList | None = None) -> GroupEngine:
         last_seq, last_unreliable = self._last_seqs.get(group, (self._seq_base, self._seq_base))
+        scmp = replace(self.scmp, upper=start_upper(self.scmp, self.wall_ms(now)), latest=self.latest)
         engine = self.engine_factory(
             pid=self.pid, group=group, view=view, config=self.config, rng=self.rng, now=now,
             view_counter=self.view_counter, request_ids=self._request_ids, joined_by=joined_by,
-            first_seq=last_seq + 1, first_unreliable_seq=last_unreliable + 1,
+            first_seq=last_seq + 1, first_unreliable_seq=last_unreliable + 1, scmp=scmp,
         )
+        engine.wall_offset = self.wall_offset
         self.engines[group] = engine
         engine.handle_timer(now)  # a joiner accepts the token it was named for at once
         self._collect(now)
         return engine
 
     def _collect(self, now: float) -> None:
+        self._datagrams.extend(self.caller.datagrams)
+        self._events.extend(self.caller.events)
+        self.caller.datagrams, self.caller.events = [], []
         for group, engine in list(self.engines.items()):
             self._datagrams.extend(engine.datagrams_to_send())
             events = engine.events()

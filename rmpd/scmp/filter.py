@@ -49,9 +49,12 @@ class ScmpFilter:
         ``latest`` stays at the same value (nothing is accepted) until a new one is persisted and raised."""
         return cls(estimator, upper=persisted_latest, latest=persisted_latest)
 
-    def decide(self, conn: Hashable, stamp: int, clock: int) -> Verdict:
-        """Process one message (rules 1-3), record it with the estimator, and collect the table when due."""
-        if self.latest is not None and stamp > self.latest:
+    def decide(self, conn: Hashable, stamp: int, clock: int, bound: int | None = None) -> Verdict:
+        """Process one message (rules 1-3), record it with the estimator, and collect the table when due.
+
+        ``bound`` tightens rule 1 for this message: it is refused as too early when stamped after ``bound`` too.
+        """
+        if (self.latest is not None and stamp > self.latest) or (bound is not None and stamp > bound):
             verdict = Verdict.TOO_EARLY
         else:
             last = self.table.get(conn)

@@ -50,18 +50,24 @@ class RpcServer:
         """The K of figure 3-1: how long a stored reply is kept at least, for callers still retrying."""
         self.entries: dict[Hashable, Entry] = {}
 
-    def call(self, conn: Hashable, stamp: int, clock: int) -> tuple[Action, Verdict, bytes | None]:
-        """A CALL arrived: its filter verdict and what to do (with the stored reply for RESEND)."""
-        verdict = self.filter.decide(conn, stamp, clock)
+    def call(self, conn: Hashable, stamp: int, clock: int,
+             bound: int | None = None) -> tuple[Action, Verdict, bytes | None]:
+        """A CALL arrived: its filter verdict and what to do (with the stored reply for RESEND).
+
+        A copy of a call this server accepted but holds no reply for (it was not the one computing it, or the
+        reply was acknowledged) is refused: the caller learns its fate is unknown here rather than waiting."""
+        verdict = self.filter.decide(conn, stamp, clock, bound)
         entry = self.entries.get(conn)
         if verdict is Verdict.NEW:
             self.entries[conn] = Entry(State.COMPUTING, stamp)
             self.filter.pinned.add(conn)
             return Action.START, verdict, None
-        if entry is None or entry.stamp != stamp or entry.state is State.IDLE:
-            if verdict in (Verdict.SUMMARY, Verdict.TOO_EARLY) and (entry is None or entry.stamp < stamp):
-                return Action.REFUSE, verdict, None
+        if entry is None or entry.stamp < stamp:
+            return Action.REFUSE, verdict, None
+        if entry.stamp > stamp:
             return Action.IGNORE, verdict, None
+        if entry.state is State.IDLE:
+            return Action.REFUSE, verdict, None
         if entry.state is State.COMPUTING:
             return Action.ACK, verdict, None
         return Action.RESEND, verdict, entry.reply

@@ -23,6 +23,8 @@ class Net:
         self.events: dict[str, list[Event]] = {pid: [] for pid in self.pids}
         self.wire: deque[tuple[str, str, bytes]] = deque()
         self.drop: Callable[[str, str, Packet], bool] = lambda src, dst, p: False
+        self.copies: Callable[[str, str, Packet], int] = lambda src, dst, p: 1
+        """How many copies of a datagram the network delivers (duplication)."""
         self.down: set[str] = set()
 
     def __getitem__(self, i: int) -> RmpProcess:
@@ -45,10 +47,12 @@ class Net:
     def flush(self) -> None:
         while self.wire:
             src, dst, data = self.wire.popleft()
-            if dst in self.down or src in self.down or self.drop(src, dst, decode(data)):
+            packet = decode(data)
+            if dst in self.down or src in self.down or self.drop(src, dst, packet):
                 continue
-            self.procs[dst].receive_datagram(data, src, self.now)
-            self._collect(dst)
+            for _ in range(self.copies(src, dst, packet)):
+                self.procs[dst].receive_datagram(data, src, self.now)
+                self._collect(dst)
 
     def advance(self, seconds: float, step: float = 0.01) -> None:
         end = self.now + seconds

@@ -13,11 +13,14 @@ from rmpd.protocol.ids import ViewId
 from rmpd.protocol.packets import (
     MAX_DATAGRAM,
     PACKET_CLASSES,
+    RELAYED_TAG,
     Ack,
+    CallStatus,
     Data,
     DecodeError,
     Fragment,
     Packet,
+    Relayed,
     decode,
     encode,
 )
@@ -45,7 +48,8 @@ KIND_STRATEGIES = {
     "opt_str": st.none() | st.text(max_size=20),
     "opt_bytes": st.none() | st.binary(max_size=50),
     "body": st.binary(max_size=200) | small(st.binary(max_size=50), min_size=2, max_size=5).map(tuple)
-    | st.builds(Fragment, st.booleans(), st.booleans(), st.binary(max_size=200)),
+    | st.builds(Fragment, st.booleans(), st.booleans(), st.binary(max_size=200))
+    | st.builds(Relayed, st.just(RELAYED_TAG), pids, uints, uints, uints, uints, st.binary(max_size=100)),
     "view": views,
     "opt_view": st.none() | views,
     "qos": qoses,
@@ -55,6 +59,7 @@ KIND_STRATEGIES = {
     "seqs": small(st.tuples(pids, uints), max_size=5).map(tuple),
     "members": small(st.tuples(pids, st.booleans()), min_size=1, max_size=5).map(tuple),
     "locks": small(st.tuples(uints, pids), max_size=5).map(tuple),
+    "status": st.sampled_from(list(CallStatus)),
 }
 
 

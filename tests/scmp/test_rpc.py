@@ -48,7 +48,7 @@ def test_reply_ack_returns_to_idle() -> None:
     s.complete(C, 10, b"x", 20)
     s.reply_acked(C, 10)
     assert s.entries[C].state is State.IDLE and s.entries[C].reply is None
-    assert s.call(C, 10, 30)[0] is Action.IGNORE
+    assert s.call(C, 10, 30)[0] is Action.REFUSE  # accepted once, reply gone: its fate is not ours to tell
 
 
 def test_duplicate_without_entry_is_refused_or_ignored() -> None:

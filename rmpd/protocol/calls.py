@@ -1,0 +1,128 @@
+"""The calling side of multi-RPC: a process sending calls to groups it is not a member of (section 4.5).
+
+A call needs no handshake: it is one Non Member Data packet to the group's multicast address, stamped with a
+connection number (the lowest one free among this process's outstanding calls) and this process's clock in ms,
+strictly increasing per connection, so (connection, stamp) names the call for the group's SCMP filter.  It is
+resent with back-off until answered: the reply (then a REPLY-ACK frees the server's copy), an ACK (a call without
+handler is delivered; with one, it is being computed and resent more slowly), or a refusal.  Every copy carries
+the same stamp, so the group runs it at most once however many copies arrive.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+
+from .engine import Backoff
+from .events import CallAnswered, Event, Transmit
+from .ids import ProcessId, ViewId
+from .packets import CallStatus, NonMemberAck, NonMemberData, encode
+from .qos import Level, QoS
+
+CALL_ERRORS = {
+    "timeout": "no answer from the group in time",
+    "unknown": "the group cannot tell whether this call ran before (a copy of a forgotten or pre-restart call)",
+    "too-early": "the call is stamped ahead of the group's clocks (this host's clock runs ahead)",
+    "no-handler": "no member of the group holds the handler lock the call names",
+}
+"""Error codes a call can end with, and what they mean."""
+
+RETRY_INITIAL = 0.05
+RETRY_MAX = 1.0
+
+
+@dataclass
+class OutgoingCall:
+    call_id: int
+    group: str
+    conn: int
+    stamp: int
+    packet: NonMemberData
+    deadline: float
+    timer: Backoff
+    acked: bool = False
+    too_early: bool = False
+
+
+class Caller:
+    def __init__(self, pid: ProcessId) -> None:
+        self.pid = pid
+        self.calls: dict[int, OutgoingCall] = {}
+        self._by_key: dict[tuple[int, int], int] = {}
+        self._last_stamp: dict[int, int] = {}
+        self._ids = itertools.count(1)
+        self.views: dict[str, ViewId] = {}
+        """The last view each group answered from: later calls name it (section 4.5)."""
+        self.datagrams: list[Transmit] = []
+        self.events: list[Event] = []
+
+    def call(self, group: str, payload: bytes, handler: int | None, timeout: float, now: float, wall_ms: int,
+             qos: QoS | None = None) -> int:
+        busy = {c.conn for c in self.calls.values()}
+        conn = next(i for i in itertools.count() if i not in busy)
+        stamp = max(wall_ms, self._last_stamp.get(conn, 0) + 1)
+        self._last_stamp[conn] = stamp
+        flags = NonMemberData.FLAG_ACK | (NonMemberData.FLAG_REPEAT_REPLY if handler is not None else 0)
+        packet = NonMemberData(group, self.views.get(group), self.pid, conn, stamp, qos or QoS(Level.TOTAL), flags,
+                               handler, payload)
+        call = OutgoingCall(next(self._ids), group, conn, stamp, packet, now + timeout,
+                            Backoff(RETRY_INITIAL, RETRY_MAX))
+        self.calls[call.call_id] = call
+        self._by_key[(conn, stamp)] = call.call_id
+        call.timer.start(now)
+        self.datagrams.append(Transmit(None, encode(packet), group))
+        return call.call_id
+
+    def cancel(self, call_id: int) -> None:
+        call = self.calls.pop(call_id, None)
+        if call is not None:
+            del self._by_key[(call.conn, call.stamp)]
+
+    def receive(self, ack: NonMemberAck, now: float) -> None:
+        call_id = self._by_key.get((ack.conn, ack.stamp))
+        if ack.status is CallStatus.REPLY:
+            # Acknowledge every reply, also a late copy for a call already answered, so the server frees it.
+            self.datagrams.append(Transmit(ack.src, encode(
+                NonMemberAck(ack.view, self.pid, ack.conn, ack.stamp, CallStatus.REPLY_ACK, None))))
+        if call_id is None:
+            return
+        call = self.calls[call_id]
+        self.views[call.group] = ack.view
+        if ack.status is CallStatus.REPLY:
+            self._finish(call, ack.reply or b"")
+        elif ack.status is CallStatus.ACK:
+            if call.packet.handler is None:
+                self._finish(call, None)
+            elif not call.acked:
+                call.acked = True
+                call.timer.interval = RETRY_MAX
+        elif ack.status is CallStatus.TOO_EARLY:
+            call.too_early = True  # keep sending the same call: the group's clocks catch up
+        elif ack.status is CallStatus.UNKNOWN:
+            self._finish(call, None, "unknown")
+        elif ack.status is CallStatus.NO_HANDLER:
+            self._finish(call, None, "no-handler")
+
+    def handle_timer(self, now: float) -> None:
+        for call in list(self.calls.values()):
+            if now >= call.deadline:
+                self._finish(call, None, "too-early" if call.too_early else "timeout")
+            elif call.timer.expired(now):
+                call.timer.back_off(now)
+                packet = call.packet
+                if self.views.get(call.group) != packet.view:
+                    packet = call.packet = NonMemberData(
+                        packet.group, self.views.get(call.group), packet.src, packet.conn, packet.stamp,
+                        packet.qos, packet.flags, packet.handler, packet.payload)
+                self.datagrams.append(Transmit(None, encode(packet), call.group))
+
+    def get_timer(self) -> float | None:
+        deadlines = [min(c.deadline, c.timer.deadline or c.deadline) for c in self.calls.values()]
+        return min(deadlines) if deadlines else None
+
+    def _finish(self, call: OutgoingCall, reply: bytes | None, error: str | None = None) -> None:
+        self.cancel(call.call_id)
+        reason = CALL_ERRORS.get(error, "") if error else ""
+        if error == "timeout" and call.acked:
+            reason = "the group accepted the call, but no reply came in time"
+        self.events.append(CallAnswered(call.call_id, call.group, reply, error, reason))

@@ -1,0 +1,129 @@
+"""Multi-RPC from a non-member, decided by SCMP at delivery (RMP 4.5 with the SCMP filter)."""
+
+from __future__ import annotations
+
+from rmpd.protocol.events import CallAnswered, CallRequest, Delivery
+from rmpd.protocol.packets import CallStatus, NonMemberAck, NonMemberData, encode
+
+from .net import Net
+
+CALLER = 3
+
+
+def group_with_server(dup: int = 1) -> Net:
+    """Members 0-2 in group "g", member 1 holding handler lock 0; process 3 is outside.  Non Member Data is
+    delivered ``dup`` times to each member.  The clock is moved past the joiner floor (start_upper)."""
+    net = Net(4)
+    net.do(0, lambda p, now: p.create("g", now))
+    for i in (1, 2):
+        net.do(i, lambda p, now: p.join("g", now))
+        net.advance(0.5)
+    net.do(1, lambda p, now: p.lock("g", 0, now))
+    net.advance(3.0)
+    net.copies = lambda src, dst, p: dup if isinstance(p, NonMemberData) else 1
+    return net
+
+
+def serve(net: Net, i: int) -> list[CallRequest]:
+    """Answer every call request member ``i`` got with its payload upper-cased."""
+    requests = net.of_type(i, CallRequest)
+    for r in requests:
+        net.do(i, lambda p, now, r=r: p.reply("g", r.caller, r.conn, r.stamp, r.payload.upper(), now))
+    return requests
+
+
+def test_call_duplicated_five_times_runs_once_and_gets_one_reply() -> None:
+    net = group_with_server(dup=5)
+    call_id = net.do(CALLER, lambda p, now: p.call("g", b"hello", now, handler=0))
+    net.advance(0.2)
+    requests = serve(net, 1)
+    net.advance(1.0)
+    assert [r.payload for r in requests] == [b"hello"]
+    assert all(not net.of_type(i, CallRequest) for i in (0, 2)), "only the handler's holder runs calls"
+    answers = net.of_type(CALLER, CallAnswered)
+    assert [(a.call_id, a.reply, a.error) for a in answers] == [(call_id, b"HELLO", None)]
+    # Every member's filter saw every relayed copy in the same order and decided alike.
+    counts = [net[i].engines["g"].calls.filter.counts for i in range(3)]
+    assert counts[0] == counts[1] == counts[2]
+
+
+def replay(net: Net, packet: NonMemberData) -> None:
+    """Hand every member a copy of ``packet``, as a network that held it back would."""
+    for pid in net.pids[:3]:
+        net.procs[pid].receive_datagram(encode(packet), net.pids[CALLER], net.now)
+        net._collect(pid)
+
+
+def test_copies_after_the_reply_get_the_stored_reply_not_a_second_run() -> None:
+    net = group_with_server()
+    sent: list[NonMemberData] = []
+    lost_reply_acks = []
+
+    def watch(src: str, dst: str, p: object) -> bool:
+        if isinstance(p, NonMemberData):
+            sent.append(p)
+        if isinstance(p, NonMemberAck) and p.status is CallStatus.REPLY_ACK:
+            lost_reply_acks.append(p)
+            return True
+        return False
+
+    net.drop = watch
+    net.do(CALLER, lambda p, now: p.call("g", b"x", now, handler=0))
+    net.advance(0.2)
+    serve(net, 1)
+    net.advance(0.5)
+    assert lost_reply_acks, "the caller acknowledged the reply"
+    replay(net, sent[0])
+    net.advance(0.5)
+    assert len(net.of_type(1, CallRequest)) == 1
+    assert net[1].engines["g"].stats["call_answer_reply"] == 2, "the stored reply went out again"
+
+
+def test_copies_after_the_reply_ack_are_refused_as_unknown() -> None:
+    net = group_with_server()
+    sent: list[NonMemberData] = []
+    net.drop = lambda src, dst, p: isinstance(p, NonMemberData) and bool(sent.append(p))
+    net.do(CALLER, lambda p, now: p.call("g", b"x", now, handler=0))
+    net.advance(0.2)
+    serve(net, 1)
+    net.advance(0.5)
+    replay(net, sent[0])
+    net.advance(0.5)
+    assert len(net.of_type(1, CallRequest)) == 1
+    assert net[1].engines["g"].stats["call_answer_unknown"] == 1
+
+
+def test_call_without_handler_is_delivered_to_every_member_once() -> None:
+    net = group_with_server(dup=3)
+    net.do(CALLER, lambda p, now: p.call("g", b"note", now, handler=None))
+    net.advance(1.0)
+    for i in range(3):
+        got = [e for e in net.of_type(i, Delivery) if e.src == net.pids[CALLER]]
+        assert [e.payload for e in got] == [b"note"]
+    assert [(a.reply, a.error) for a in net.of_type(CALLER, CallAnswered)] == [(None, None)]
+
+
+def test_call_to_an_unheld_handler_fails_fast() -> None:
+    net = group_with_server()
+    net.do(CALLER, lambda p, now: p.call("g", b"x", now, handler=3))
+    net.advance(1.0)
+    assert [a.error for a in net.of_type(CALLER, CallAnswered)] == ["no-handler"]
+
+
+def test_call_to_a_group_nobody_serves_times_out() -> None:
+    net = group_with_server()
+    net.do(CALLER, lambda p, now: p.call("nobody", b"x", now, handler=0, timeout=2.0))
+    net.advance(3.0)
+    assert [a.error for a in net.of_type(CALLER, CallAnswered)] == ["timeout"]
+
+
+def test_a_fresh_member_refuses_calls_stamped_before_it_started() -> None:
+    """The joiner floor: a call stamped before the group could vouch for it is refused as 'unknown', never run."""
+    net = Net(4)
+    net.do(0, lambda p, now: p.create("g", now))
+    net.do(0, lambda p, now: p.lock("g", 0, now))
+    net.advance(0.3)
+    net.do(CALLER, lambda p, now: p.call("g", b"early", now, handler=0))
+    net.advance(0.5)
+    assert not net.of_type(0, CallRequest)
+    assert [a.error for a in net.of_type(CALLER, CallAnswered)] == ["unknown"]

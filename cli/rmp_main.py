@@ -12,6 +12,7 @@ import typer
 
 from cli.audit_cmd import audit_app
 from cli.bench_cmd import bench_app
+from cli.call_cmds import call_app
 from cli.group_cmds import group_app
 from cli.message_cmds import message_app
 from cli.sim_cmd import sim_app
@@ -28,6 +29,7 @@ app.add_typer(audit_app)
 app.add_typer(bench_app)
 app.add_typer(group_app)
 app.add_typer(message_app)
+app.add_typer(call_app)
 app.add_typer(status_app)
 
 

@@ -10,16 +10,27 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from rmpd.client import Client, ConnectionLost, Delivery, Group, Node, RmpdError, ViewChange, connect
+    from rmpd.client import (
+        CallRequest,
+        Client,
+        ConnectionLost,
+        Delivery,
+        Group,
+        Node,
+        RmpdError,
+        ViewChange,
+        connect,
+    )
     from rmpd.protocol.qos import QoS
 
 _EXPORTS = {
     "connect": "rmpd.client", "Client": "rmpd.client", "Node": "rmpd.client", "Group": "rmpd.client",
     "Delivery": "rmpd.client", "ViewChange": "rmpd.client", "RmpdError": "rmpd.client",
-    "ConnectionLost": "rmpd.client", "QoS": "rmpd.protocol.qos",
+    "ConnectionLost": "rmpd.client", "CallRequest": "rmpd.client", "QoS": "rmpd.protocol.qos",
 }
 
-__all__ = ["Client", "ConnectionLost", "Delivery", "Group", "Node", "QoS", "RmpdError", "ViewChange", "connect"]
+__all__ = ["CallRequest", "Client", "ConnectionLost", "Delivery", "Group", "Node", "QoS", "RmpdError", "ViewChange",
+           "connect"]
 
 
 def __getattr__(name: str) -> Any:

@@ -2,8 +2,8 @@
 
 from .connection import Client, connect
 from .errors import ConnectionLost, RmpdError
-from .events import Delivery, ViewChange
+from .events import CallRequest, Delivery, ViewChange
 from .group import Group
 from .node import Node
 
-__all__ = ["Client", "ConnectionLost", "Delivery", "Group", "Node", "RmpdError", "ViewChange", "connect"]
+__all__ = ["CallRequest", "Client", "ConnectionLost", "Delivery", "Group", "Node", "RmpdError", "ViewChange", "connect"]

@@ -20,7 +20,7 @@ from rmpd.daemon.frames import DEFAULT_MAX_FRAME, FrameError, FrameReader, encod
 from rmpd.protocol.qos import QoS
 
 from .errors import ConnectionLost, RmpdError
-from .events import Delivery, ViewChange
+from .events import CallRequest, Delivery, ViewChange
 from .group import Group
 
 
@@ -105,6 +105,19 @@ class Client:
 
     async def status(self) -> dict[str, Any]:
         return await self.request("status")
+
+    async def call(self, group: str, payload: bytes, *, handler: int | None = 0, timeout: float = 5.0,
+                   qos: QoS = QoS.TOTAL) -> bytes | None:
+        """Call ``group`` without joining it: the member holding ``handler``'s lock runs the call at most once and
+        its reply is returned (None for ``handler=None``: the call was delivered to every member).  RmpdError
+        ``call-timeout``, ``call-unknown``, ``call-too-early`` or ``call-no-handler`` when it fails."""
+        fields: dict[str, Any] = {"group": group, "payload": bytes(payload), "handler": handler,
+                                  "timeout": float(timeout), "qos": qos.name()}
+        return (await self.request("call", **fields))["reply"]
+
+    async def _reply(self, request: CallRequest, payload: bytes) -> None:
+        await self.request("reply", group=request.group, caller=request.caller, conn=request.conn,
+                           stamp=request.stamp, payload=payload)
 
     # Backend of Group
 
@@ -195,6 +208,9 @@ class Client:
                 index=frame.get("index", 0)))
         elif kind == "view":
             await group._feed_wait(ViewChange(frame["view"], tuple(frame["members"]), group.name))
+        elif kind == "request":
+            group._feed_call(CallRequest(frame["payload"], frame["caller"], frame["conn"], frame["stamp"],
+                                         frame["handler"], group.name, frame["view"], self._reply))
         elif kind == "left":
             self._groups.pop(group.name, None)
             group._end(RmpdError("left", f"left {group.name!r}: {frame.get('reason', '')}"))

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
 
 from rmpd.protocol.qos import QoS
 
@@ -35,6 +36,32 @@ class ViewChange:
     view: str
     members: tuple[str, ...]
     group: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class CallRequest:
+    """A non-member's call, for this member to answer because it holds the call's handler lock.
+
+    The group ran it through its SCMP filter first: it is new, and will not be handed out again, however many
+    copies the caller sends.  ``await request.reply(data)`` answers it (the reply is kept for the caller's
+    retries)."""
+
+    payload: bytes
+    caller: str
+    """The calling process's ID (``ip:port``)."""
+    conn: int
+    stamp: int
+    """The caller's connection number and timestamp (ms): together they name the call."""
+    handler: int
+    group: str
+    view: str
+    _reply: Callable[[CallRequest, bytes], Awaitable[None]] = field(repr=False, compare=False)
+
+    async def reply(self, payload: bytes) -> None:
+        """Send the answer to the caller; RmpdError ``stale-call`` when this call is no longer ours to answer."""
+        if not isinstance(payload, bytes | bytearray | memoryview):
+            raise TypeError("payload must be bytes")
+        await self._reply(self, bytes(payload))
 
 
 Event = Delivery | ViewChange

@@ -8,6 +8,7 @@ so programs can switch between talking to the local daemon and being an RMP proc
 from __future__ import annotations
 
 import contextlib
+from collections.abc import AsyncIterator
 from typing import Protocol
 
 import trio
@@ -15,7 +16,7 @@ import trio
 from rmpd.protocol.qos import QoS
 
 from .errors import RmpdError
-from .events import Delivery, Event, ViewChange
+from .events import CallRequest, Delivery, Event, ViewChange
 
 EVENT_BUFFER = 10_000
 
@@ -37,6 +38,9 @@ class Group:
         self._members = list(members)
         self._tx, self._rx = trio.open_memory_channel[Event | RmpdError](EVENT_BUFFER)
         self._closed = False
+        self._calls: dict[int, tuple[trio.MemorySendChannel[CallRequest], trio.MemoryReceiveChannel[CallRequest]]] = {}
+        self.unread_calls_dropped = 0
+        """Calls that arrived while EVENT_BUFFER calls for their handler were already waiting to be read."""
 
     # Feeding (by the backend)
 
@@ -56,6 +60,19 @@ class Group:
         with contextlib.suppress(trio.ClosedResourceError, trio.BrokenResourceError):
             await self._tx.send(event)
 
+    def _calls_of(self, handler: int) -> tuple[trio.MemorySendChannel[CallRequest],
+                                                trio.MemoryReceiveChannel[CallRequest]]:
+        pair = self._calls.get(handler)
+        if pair is None:
+            pair = self._calls[handler] = trio.open_memory_channel[CallRequest](EVENT_BUFFER)
+        return pair
+
+    def _feed_call(self, request: CallRequest) -> None:
+        try:
+            self._calls_of(request.handler)[0].send_nowait(request)
+        except (trio.WouldBlock, trio.ClosedResourceError, trio.BrokenResourceError):
+            self.unread_calls_dropped += 1  # the caller times out; the call is never run
+
     def _end(self, error: RmpdError | None = None) -> None:
         """No more events; iteration ends (or raises ``error`` once the queued events are read)."""
         if self._closed:
@@ -65,6 +82,8 @@ class Group:
             with contextlib.suppress(trio.WouldBlock, trio.ClosedResourceError, trio.BrokenResourceError):
                 self._tx.send_nowait(error)
         self._tx.close()
+        for tx, _ in self._calls.values():
+            tx.close()
 
     # The API
 
@@ -85,6 +104,13 @@ class Group:
 
     async def unlock(self, n: int) -> bool:
         return await self._backend._lock(self.name, n, "unlock")
+
+    async def requests(self, handler: int = 0) -> AsyncIterator[CallRequest]:
+        """Calls from non-members to ``handler``, while this program holds that handler lock (``await
+        group.lock(handler)`` first): ``async for request in group.requests(0): await request.reply(b"...")``."""
+        rx = self._calls_of(handler)[1]
+        async for request in rx:
+            yield request
 
     async def leave(self) -> None:
         await self._backend._leave(self.name)

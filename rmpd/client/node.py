@@ -20,15 +20,16 @@ from rmpd.daemon.journal import FlushingJournal
 from rmpd.daemon.shell import ProcessShell
 from rmpd.protocol.config import EngineConfig
 from rmpd.protocol.engine import MessageTooLarge
+from rmpd.protocol.events import CallAnswered, JoinFailed, Left, LockResult, ViewInstalled
+from rmpd.protocol.events import CallRequest as EngineCallRequest
 from rmpd.protocol.events import Delivery as EngineDelivery
 from rmpd.protocol.events import Event as EngineEvent
-from rmpd.protocol.events import JoinFailed, Left, LockResult, ViewInstalled
 from rmpd.protocol.naming import DEFAULT_RANGE
 from rmpd.protocol.process import NotMember
 from rmpd.protocol.qos import QoS
 
 from .errors import RmpdError
-from .events import Delivery, ViewChange
+from .events import CallRequest, Delivery, ViewChange
 from .group import Group
 
 
@@ -64,6 +65,7 @@ class Node:
         self._groups: dict[str, Group] = {}
         self._joins: dict[str, list[_Wait]] = defaultdict(list)
         self._locks: dict[tuple[str, int, str], deque[_Wait]] = defaultdict(deque)
+        self._calls: dict[int, tuple[trio.Event, list[CallAnswered]]] = {}
         self._cm = None
 
     @property
@@ -145,6 +147,31 @@ class Node:
         await trio.lowlevel.checkpoint()
         return seq
 
+    async def call(self, group: str, payload: bytes, *, handler: int | None = 0, timeout: float = 5.0,
+                   qos: QoS = QoS.TOTAL) -> bytes | None:
+        """Call ``group`` without joining it (see :meth:`rmpd.client.Client.call`)."""
+        shell = self._require()
+        call_id = shell.call(group, bytes(payload), handler=handler, timeout=timeout, qos=qos)
+        done, answer = self._calls[call_id] = (trio.Event(), [])
+        try:
+            await done.wait()
+        finally:
+            if self._calls.pop(call_id, None) is not None and not answer:
+                shell.process.caller.cancel(call_id)
+        event = answer[0]
+        if event.error is not None:
+            raise RmpdError("call-" + event.error, event.reason)
+        return event.reply
+
+    async def _reply(self, request: CallRequest, payload: bytes) -> None:
+        await trio.lowlevel.checkpoint()
+        try:
+            ok = self._require().reply(request.group, request.caller, request.conn, request.stamp, payload)
+        except NotMember as exc:
+            raise RmpdError("not-member", str(exc)) from None
+        if not ok:
+            raise RmpdError("stale-call", "that call is not waiting for a reply from this node")
+
     async def _members(self, group: str) -> tuple[str, list[str]]:
         await trio.lowlevel.checkpoint()
         view = self._require().process.view(group)
@@ -180,7 +207,18 @@ class Node:
     # Engine events -> Group events
 
     def _on_event(self, event: EngineEvent) -> None:
+        if isinstance(event, CallAnswered):
+            entry = self._calls.get(event.call_id)
+            if entry is not None:
+                entry[1].append(event)
+                entry[0].set()
+            return
         group = self._groups.get(event.group)
+        if isinstance(event, EngineCallRequest):
+            if group is not None:
+                group._feed_call(CallRequest(event.payload, event.caller, event.conn, event.stamp, event.handler,
+                                             event.group, str(event.view), self._reply))
+            return
         if isinstance(event, EngineDelivery):
             if group is not None and not group._feed(Delivery(
                     payload=event.payload, source=event.src, seq=event.seq, qos=event.qos, timestamp=event.ts,

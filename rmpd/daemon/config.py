@@ -21,6 +21,7 @@ from typing import Any
 import netifaces
 
 from rmpd.protocol.config import EngineConfig
+from rmpd.protocol.multirpc import ScmpSettings
 from rmpd.protocol.naming import DEFAULT_RANGE
 
 from .auth import AuthKeyError, DatagramGuard, load_key_file
@@ -32,9 +33,10 @@ SYSTEM_SOCKET = Path("/run/rmpd/rmpd.sock")
 
 TOP_KEYS = {"interface", "bind", "port", "socket", "journal", "journal_compress", "journal_rotate_bytes",
             "log_level", "address_range", "ttl", "multicast", "socket_mode", "socket_group", "runtime_dir_mode",
-            "client_queue", "max_frame",
+            "client_queue", "max_frame", "state_dir",
             "auth_key", "auth_key_previous", "auth_rotation_window", "encrypt"}
 TIMER_KEYS = {f.name for f in dataclasses.fields(EngineConfig)} - {"journal"}
+SCMP_KEYS = {f.name for f in dataclasses.fields(ScmpSettings)} - {"upper", "latest"}
 DAEMON_TIMERS: dict[str, Any] = {"request_interval": 0.2, "join_retries": 4}
 """Where the daemon departs from the engine's defaults: a first join to a group nobody else is in forms the group
 after about 3 s (0.2 + 0.4 + 0.8 + 1.6) instead of about 10 s, which is what a person at a terminal waits for."""
@@ -76,7 +78,29 @@ class DaemonConfig:
     auth_rotation_window: float = 3600.0
     encrypt: bool = False
     """Seal datagrams with ChaCha20-Poly1305 under the auth key instead of only signing them."""
+    state_dir: Path | None = None
+    """Where ``latest`` of SCMP is kept across restarts (default: $STATE_DIRECTORY from systemd, else
+    /var/lib/rmpd for root, else ~/.local/state/rmpd)."""
     timers: dict[str, float | int] = field(default_factory=dict)
+    scmp: dict[str, Any] = field(default_factory=dict)
+    """[scmp] table: the fields of ``rmpd.protocol.multirpc.ScmpSettings`` (estimator, lifetime_ms, ...)."""
+
+    def scmp_settings(self, latest: int | None) -> ScmpSettings:
+        return ScmpSettings(latest=latest, **self.scmp)
+
+    def latest_path(self, pid: str) -> Path:
+        """The file holding this process's ``latest`` (one per process ID: several daemons may share a host)."""
+        return self.state_path() / f"scmp-latest-{pid.replace(':', '_')}"
+
+    def state_path(self) -> Path:
+        if self.state_dir is not None:
+            return self.state_dir
+        env = os.environ.get("STATE_DIRECTORY")
+        if env:
+            return Path(env.split(":")[0])
+        if os.geteuid() == 0:
+            return Path("/var/lib/rmpd")
+        return Path(os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state") / "rmpd"
 
     def engine_config(self) -> EngineConfig:
         return EngineConfig(journal=self.journal is not None, **{**DAEMON_TIMERS, **self.timers})
@@ -151,6 +175,12 @@ def load_config(path: Path | None, overrides: dict[str, Any]) -> DaemonConfig:
     timers = values.pop("timers", {})
     if not isinstance(timers, dict):
         raise ConfigError("[timers] must be a table")
+    scmp = values.pop("scmp", {})
+    if not isinstance(scmp, dict):
+        raise ConfigError("[scmp] must be a table")
+    unknown = set(scmp) - SCMP_KEYS
+    if unknown:
+        raise ConfigError(f"unknown scmp key(s): {', '.join(sorted(unknown))}; known: {', '.join(sorted(SCMP_KEYS))}")
     unknown = set(values) - TOP_KEYS
     if unknown:
         raise ConfigError(f"unknown key(s) in config: {', '.join(sorted(unknown))}")
@@ -160,10 +190,10 @@ def load_config(path: Path | None, overrides: dict[str, Any]) -> DaemonConfig:
     values.update({k: v for k, v in overrides.items() if v is not None})
     if values.get("interface") and values.get("bind"):
         raise ConfigError("give either interface or bind, not both")
-    for key in ("socket", "journal", "auth_key", "auth_key_previous"):
+    for key in ("socket", "journal", "auth_key", "auth_key_previous", "state_dir"):
         if key in values:
             values[key] = Path(values[key])
-    config = DaemonConfig(**values, timers=timers)
+    config = DaemonConfig(**values, timers=timers, scmp=scmp)
     _check(config)
     return config
 
@@ -209,5 +239,9 @@ def _check(config: DaemonConfig) -> None:
             grp.getgrnam(config.socket_group)
         except KeyError:
             raise ConfigError(f"socket_group {config.socket_group!r} does not exist") from None
+    try:
+        config.scmp_settings(None).make_estimator()
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"[scmp]: {exc}") from None
     if config.client_queue < 1 or config.max_frame < 64:
         raise ConfigError("client_queue must be >= 1 and max_frame >= 64")

@@ -41,7 +41,8 @@ async def run_daemon(config: DaemonConfig, guard: DatagramGuard | None = None) -
                                   rotate_bytes=config.journal_rotate_bytes)
     shell = ProcessShell(ip=ip, port=config.port, engine_config=config.engine_config(),
                          address_range=config.address_range, ttl=config.ttl, multicast=config.multicast,
-                         journal=journal, guard=guard or config.guard(Counter()))
+                         journal=journal, guard=guard or config.guard(Counter()),
+                         scmp=config.scmp_settings(None), latest_path=config.latest_path)
     path = config.socket_path()
     listener = await bind_unix_listener(path, config.socket_mode, group=config.socket_group,
                                         dir_mode=config.runtime_dir_mode)

@@ -18,6 +18,9 @@ LEFT = "left"
 SLOW_CONSUMER = "slow-consumer"
 SHUTTING_DOWN = "shutting-down"
 INTERNAL = "internal"
+CALL_PREFIX = "call-"
+"""A failed call: ``call-`` plus the code of rmpd.protocol.calls.CALL_ERRORS (call-timeout, call-unknown, ...)."""
+STALE_CALL = "stale-call"
 
 
 class RequestError(Exception):

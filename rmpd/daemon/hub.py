@@ -19,7 +19,17 @@ from typing import Any
 
 import trio
 
-from rmpd.protocol.events import Delivery, Event, JoinFailed, Left, LockResult, SendRefused, ViewInstalled
+from rmpd.protocol.events import (
+    CallAnswered,
+    CallRequest,
+    Delivery,
+    Event,
+    JoinFailed,
+    Left,
+    LockResult,
+    SendRefused,
+    ViewInstalled,
+)
 from rmpd.protocol.process import NotMember
 from rmpd.protocol.qos import Level
 from rmpd.protocol.view import HANDLER_LOCKS
@@ -65,6 +75,8 @@ class Hub:
         self.shutting_down = False
         self.send_waiters: dict[str, list[tuple[Session, Any, dict[str, Any]]]] = defaultdict(list)
         """Sends accepted while the group's backlog was full, answered once it has room again."""
+        self.call_waiters: dict[int, Waiter] = {}
+        """Calls to groups made for local clients, by call ID, answered from CallAnswered events."""
         self.stats: dict[str, int] = defaultdict(int)
         shell.on_event = self.on_event
         self.deliveries: dict[str, list[list[Any]]] = defaultdict(list)
@@ -92,6 +104,10 @@ class Hub:
             waiters[:] = [w for w in waiters if w[0] is not session]
         for parked in self.send_waiters.values():
             parked[:] = [w for w in parked if w[0] is not session]
+        for call_id, (waiter, _) in list(self.call_waiters.items()):
+            if waiter is session:
+                del self.call_waiters[call_id]
+                self.shell.process.caller.cancel(call_id)
         for key, owner in list(self.lock_owner.items()):
             if owner is session:
                 self.lock_owner[key] = None
@@ -246,6 +262,41 @@ class Hub:
             for session, rid, answer in self.send_waiters.pop(group):
                 session.push({"id": rid, "ok": True, **answer})
 
+    def _op_call(self, session: Session, request: Request) -> None:
+        """Call a group as a non-member (no join needed); answered when the group replies or the call fails."""
+        call_id = self.shell.call(request.group, request.payload, handler=request.handler, timeout=request.timeout,
+                                  qos=request.qos)
+        self.call_waiters[call_id] = (session, request.id)
+        self.stats["calls"] += 1
+
+    def _op_reply(self, session: Session, request: Request) -> dict[str, Any]:
+        """A local client answers a call it got as the handler's holder."""
+        if not self.shell.reply(request.group, request.caller, request.conn, request.stamp, request.payload):
+            raise RequestError(errors.STALE_CALL, "that call is not waiting for a reply from this daemon")
+        return {"sent": True}
+
+    def _call_answered(self, event: CallAnswered) -> None:
+        waiter = self.call_waiters.pop(event.call_id, None)
+        if waiter is None:
+            return
+        session, rid = waiter
+        if event.error is None:
+            session.push({"id": rid, "ok": True, "reply": event.reply})
+        else:
+            self.stats[f"calls_failed_{event.error}"] += 1
+            session.push({"id": rid, "error": errors.CALL_PREFIX + event.error, "message": event.reason})
+
+    def _call_request(self, event: CallRequest) -> None:
+        """Hand a call to the local client holding its handler lock; without one nobody here can answer."""
+        owner = self.lock_owner.get((event.group, event.handler))
+        if not isinstance(owner, Session):
+            self.stats["requests_unserved"] += 1
+            log.warning("call to %s handler %d with no local client holding the lock", event.group, event.handler)
+            return
+        owner.push({"event": "request", "group": event.group, "caller": event.caller, "conn": event.conn,
+                    "stamp": event.stamp, "handler": event.handler, "payload": event.payload,
+                    "view": str(event.view)})
+
     def _op_members(self, session: Session, request: Request) -> dict[str, Any]:
         view = self.shell.process.view(request.group)
         if view is None:
@@ -315,6 +366,10 @@ class Hub:
                     self._release(group, lock)
         elif isinstance(event, LockResult):
             self._lock_result(event)
+        elif isinstance(event, CallAnswered):
+            self._call_answered(event)
+        elif isinstance(event, CallRequest):
+            self._call_request(event)
         elif isinstance(event, Left | JoinFailed):
             self._gone(event)
         elif isinstance(event, SendRefused):

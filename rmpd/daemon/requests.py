@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from rmpd.protocol.qos import QoS
+from rmpd.protocol.view import HANDLER_LOCKS
 
 from . import errors
 from .errors import RequestError
@@ -18,6 +19,7 @@ MAX_GROUP_NAME = 255
 MAX_LOCK = 1 << 31
 MAX_BATCH = 4096
 """Messages one send_batch request may carry."""
+MAX_CALL_TIMEOUT = 3600.0
 
 
 @dataclass
@@ -34,6 +36,10 @@ class Request:
     min_partition: int | None = None
     persist: bool = False
     existing_only: bool = False
+    timeout: float = 5.0
+    caller: str = ""
+    conn: int = 0
+    stamp: int = 0
 
 
 # op -> (required fields, optional fields)
@@ -47,12 +53,14 @@ OPS: dict[str, tuple[set[str], set[str]]] = {
     "members": ({"group"}, set()),
     "lock": ({"group", "lock"}, {"persist"}),
     "unlock": ({"group", "lock"}, {"persist"}),
+    "call": ({"group", "payload"}, {"handler", "timeout", "qos"}),
+    "reply": ({"group", "caller", "conn", "stamp", "payload"}, set()),
 }
 
 FIELD_TYPES: dict[str, tuple[type, ...]] = {
     "group": (str,), "payload": (bytes,), "payloads": (list,), "qos": (str,), "handler": (int, type(None)),
     "lock": (int,), "ttl": (int, type(None)), "min_partition": (int, type(None)), "persist": (bool,),
-    "existing_only": (bool,),
+    "existing_only": (bool,), "timeout": (int, float), "caller": (str,), "conn": (int,), "stamp": (int,),
 }
 
 
@@ -98,4 +106,13 @@ def parse_request(frame: dict[str, Any]) -> Request:
         raise RequestError(errors.BAD_REQUEST, "ttl must be 0..255")
     if values.get("min_partition") is not None and values["min_partition"] < 1:
         raise RequestError(errors.BAD_REQUEST, "min_partition must be at least 1")
+    if op == "call" and "handler" not in values:
+        values["handler"] = 0  # a call goes to handler 0 unless it names another (or None: no handler)
+    if "timeout" in values and not 0 < values["timeout"] <= MAX_CALL_TIMEOUT:
+        raise RequestError(errors.BAD_REQUEST, f"timeout must be in (0, {MAX_CALL_TIMEOUT}] seconds")
+    if values.get("handler") is not None and not 0 <= values["handler"] < HANDLER_LOCKS:
+        raise RequestError(errors.BAD_REQUEST, f"handler must be 0..{HANDLER_LOCKS - 1}")
+    for name in ("conn", "stamp"):
+        if name in values and values[name] < 0:
+            raise RequestError(errors.BAD_REQUEST, f"{name} must be non-negative")
     return Request(op=op, id=rid, **values)

@@ -17,7 +17,7 @@ import socket
 import time
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import trio
@@ -25,9 +25,11 @@ import trio
 from rmpd.protocol.config import EngineConfig
 from rmpd.protocol.events import Event, JoinFailed, Left, Transmit
 from rmpd.protocol.ids import split_process_id
+from rmpd.protocol.multirpc import ScmpSettings
 from rmpd.protocol.naming import DEFAULT_RANGE, group_address
 from rmpd.protocol.process import RmpProcess
 from rmpd.protocol.qos import QoS
+from rmpd.scmp.latest import LatestStore
 
 from .auth import DatagramGuard
 from .journal import FlushingJournal
@@ -57,7 +59,10 @@ class ProcessShell:
 
     def __init__(self, *, ip: str, port: int, engine_config: EngineConfig | None = None,
                  address_range: str = DEFAULT_RANGE, ttl: int = 1, multicast: bool = True,
-                 journal: FlushingJournal | None = None, guard: DatagramGuard | None = None) -> None:
+                 journal: FlushingJournal | None = None, guard: DatagramGuard | None = None,
+                 scmp: ScmpSettings | None = None, latest_path: Callable[[str], Any] | None = None) -> None:
+        """``latest_path(pid)``: where SCMP's ``latest`` lives on stable storage (None: no stable storage, so calls
+        are filtered by the non-resilient server of figure 2-1).  Raises LatestStoreError for a corrupt file."""
         self.ip = ip
         self.address_range = address_range
         self.default_ttl = ttl
@@ -71,11 +76,17 @@ class ProcessShell:
         self.pid = f"{ip}:{self.port}"
         self.sender = Sender(self.sock, self.stats)
         wall_ms = int(time.time() * 1000)
+        self.latest_store = LatestStore(latest_path(self.pid)) if latest_path is not None else None
+        scmp = scmp or ScmpSettings()
+        if self.latest_store is not None:
+            # Crash recovery (SCMP figure 2-2): upper starts at the persisted latest, 0 when this is the first run.
+            found = self.latest_store.load() or 0
+            scmp = replace(scmp, upper=found, latest=found)
         # A daemon restarts on the same port, so the same process ID: start sequence numbers from the clock so
         # the new incarnation's messages never look like duplicates of the old one's.
         self.process = RmpProcess(pid=self.pid, config=engine_config or EngineConfig(), rng=random.Random(),
                                   now=trio.current_time(), wall_ms=wall_ms, multicast_capable=multicast,
-                                  seq_base=wall_ms * 1000)
+                                  seq_base=wall_ms * 1000, scmp=scmp)
         self.on_event: Callable[[Event], None] = lambda event: None
         self.group_ttl: dict[str, int] = {}
         self.listeners: dict[tuple[str, int], Listener] = {}
@@ -198,6 +209,17 @@ class ProcessShell:
                 self._room = trio.Event()
             await self._room.wait()
 
+    def call(self, group: str, payload: bytes, *, handler: int | None, timeout: float, qos: QoS | None = None) -> int:
+        """Call ``group`` as a non-member; a CallAnswered event with the returned ID follows."""
+        call_id = self.process.call(group, payload, trio.current_time(), handler=handler, timeout=timeout, qos=qos)
+        self.drain()
+        return call_id
+
+    def reply(self, group: str, caller: str, conn: int, stamp: int, payload: bytes) -> bool:
+        ok = self.process.reply(group, caller, conn, stamp, payload, trio.current_time())
+        self.drain()
+        return ok
+
     def lock(self, group: str, lock: int) -> None:
         self.process.lock(group, lock, trio.current_time())
         self.drain()
@@ -270,6 +292,9 @@ class ProcessShell:
             if isinstance(event, Left | JoinFailed):
                 self._unlisten(event.group)
             self.on_event(event)
+        value = process.persist_request()
+        if value is not None:
+            self._persist(value)
         deadline = process.get_timer()
         self._deadline = math.inf if deadline is None else deadline
         if self._timer_scope is not None:
@@ -279,6 +304,29 @@ class ProcessShell:
         self._room.set()
         for hook in self.after_drain:
             hook()
+
+    def _persist(self, value: int) -> None:
+        """Write ``latest`` durably off the loop, then tell the process (which only then accepts up to it)."""
+        store = self.latest_store
+        if store is None:
+            return
+
+        async def write() -> None:
+            try:
+                durable = await trio.to_thread.run_sync(store.write, value)
+            except OSError as exc:
+                # Without a durable latest the process keeps refusing calls stamped beyond the old one: safe.
+                self.stats["latest_write_failed"] += 1
+                log.error("cannot write %s: %s", store.path, exc)
+                durable = store.value or 0
+                await trio.sleep(1.0)
+            self.process.persisted(durable, trio.current_time())
+            self.drain()
+
+        if self._nursery is None:
+            self.process.persisted(store.write(value), trio.current_time())
+        else:
+            self._nursery.start_soon(write)
 
     def _transmit(self, tx: Transmit) -> None:
         if tx.dest is None:

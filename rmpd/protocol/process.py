@@ -158,8 +158,7 @@ class RmpProcess:
 
     def persisted(self, value: int, now: float) -> None:
         """``value`` is durable: calls stamped up to it may be accepted (SCMP figure 2-2: write first, then use)."""
-        if self._persist_outstanding is not None and value >= self._persist_outstanding:
-            self._persist_outstanding = None
+        self._persist_outstanding = None
         if self.latest is None or value <= self.latest:
             return
         self.latest = value

@@ -17,6 +17,7 @@ from rmpd.daemon.auth import generate_key_file
 from rmpd.daemon.config import ConfigError, load_config
 from rmpd.daemon.daemon import run_daemon
 from rmpd.daemon.server import SocketInUse
+from rmpd.scmp.latest import LatestStoreError
 
 app = typer.Typer(name="rmpd", help="The RMP daemon: one RMP process per host.", add_completion=False)
 
@@ -37,12 +38,15 @@ def run(
         help="Group key file (rmpd keygen): sign every datagram, drop every one that is not signed with it.")] = None,
     encrypt: Annotated[bool | None, typer.Option(
         "--encrypt/--no-encrypt", help="Also encrypt datagrams (ChaCha20-Poly1305) under --auth-key.")] = None,
+    state_dir: Annotated[Path | None, typer.Option(
+        help="Where SCMP's latest is kept across restarts [default: $STATE_DIRECTORY, /var/lib/rmpd as root, "
+             "~/.local/state/rmpd].")] = None,
 ) -> None:
     """Run the daemon until SIGTERM, which leaves every group and exits 0.  With no options: loopback."""
     if ctx.invoked_subcommand is not None:
         return
     overrides = {"interface": interface, "bind": bind, "port": port, "socket": socket, "journal": journal,
-                 "log_level": log_level, "auth_key": auth_key, "encrypt": encrypt}
+                 "log_level": log_level, "auth_key": auth_key, "encrypt": encrypt, "state_dir": state_dir}
     try:
         settings = load_config(config, overrides)
         settings.address()
@@ -53,7 +57,7 @@ def run(
         raise typer.Exit(2) from None
     try:
         trio.run(run_daemon, settings, guard)
-    except SocketInUse as exc:
+    except (SocketInUse, LatestStoreError) as exc:
         typer.echo(f"rmpd: {exc}", err=True)
         raise typer.Exit(1) from None
     except OSError as exc:

@@ -26,7 +26,10 @@ class DaemonProcess:
 
     def __init__(self, workdir: Path, name: str, *, bind: str = "127.0.0.1", journal: Path | None = None,
                  extra: list[str] | None = None, netns: str | None = None, config: Path | None = None,
-                 socket_path: Path | None = None, log_level: str = "info", ready_timeout: float = 15.0) -> None:
+                 socket_path: Path | None = None, log_level: str = "info", ready_timeout: float = 15.0,
+                 port: int = 0) -> None:
+        """``port``: 0 for any free one; a restart on the same port keeps the process ID.  SCMP's ``latest`` goes
+        to ``workdir/NAME.state`` (one per name, so a restarted daemon finds its own)."""
         self.name = name
         self.socket = socket_path or workdir / f"{name}.sock"
         self.notify_path = workdir / f"{name}.notify"
@@ -34,7 +37,9 @@ class DaemonProcess:
         self.notify_path.unlink(missing_ok=True)
         self.notify = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
         self.notify.bind(str(self.notify_path))
-        args = [RMPD, "--bind", bind, "--port", "0", "--socket", str(self.socket), "--log-level", log_level]
+        self.state_dir = workdir / f"{name}.state"
+        args = [RMPD, "--bind", bind, "--port", str(port), "--socket", str(self.socket), "--log-level", log_level,
+                "--state-dir", str(self.state_dir)]
         if journal is not None:
             args += ["--journal", str(journal)]
         if config is not None:

@@ -172,11 +172,17 @@ class Hub:
                 "clients": len(self.attached.get(group, ())),
                 "locks": sorted(lock for (g, lock) in self.lock_owner if g == group),
                 "buffers": self._buffers(group),
+                "scmp": self._scmp(group),
             })
         counters = self.shell.counters()
         counters.update({f"hub_{k}": v for k, v in self.stats.items()})
         return {"pid": self.shell.pid, "socket": self.socket_path, "groups": groups,
                 "clients": len(self.sessions), "auth": self.shell.guard.describe(), "counters": counters}
+
+    def _scmp(self, group: str) -> dict[str, Any]:
+        """The group's SCMP filter: lifetime estimate, accepted and rejected counts, upper and latest."""
+        engine = self.shell.process.engines.get(group)
+        return engine.calls.filter.describe() if engine is not None else {}
 
     def _buffers(self, group: str) -> dict[str, int]:
         """What the group holds in memory here: OrderingQ slots, data packets, own packets in flight and queued,

@@ -1,0 +1,144 @@
+"""Multi-RPC on real daemons: `rmp call` from a non-member, `rmp serve` answering, SCMP at-most-once across
+duplicates on the wire and across kill -9 of every member (issue: SCMP at-most-once, multi-RPC)."""
+
+from __future__ import annotations
+
+import signal
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+from rmpd.protocol.naming import group_address
+from rmpd.protocol.packets import CallStatus, NonMemberAck, NonMemberData, decode, encode
+from rmpd.protocol.qos import QoS
+
+from .harness import RMP, wait_for
+
+GROUP = "rpc"
+
+
+def start_server(daemon, runs: Path) -> subprocess.Popen[bytes]:
+    """`rmp serve` with a command that counts its runs in ``runs`` and upper-cases the request."""
+    err = runs.with_suffix(f".{daemon.name}.err")
+    script = f"echo ran >> {runs}; tr a-z A-Z"
+    proc = subprocess.Popen([RMP, "--socket", str(daemon.socket), "serve", GROUP, "--handler", "0", "--",
+                             "sh", "-c", script], stderr=err.open("wb"))
+    wait_for(lambda: "serving" in err.read_text() or proc.poll() is not None, 30, "rmp serve to take the lock")
+    assert proc.poll() is None, err.read_text()
+    return proc
+
+
+def ready_for_calls(members) -> bool:
+    """Every member's filter floor (calls stamped before it started are refused) is in the past."""
+    now_ms = time.time() * 1000
+    groups = [g for d in members for g in d.status()["groups"] if g["group"] == GROUP]
+    return len(groups) == len(members) and all(g["scmp"].get("upper", now_ms) < now_ms - 50 for g in groups)
+
+
+def runs_of(path: Path) -> int:
+    return len(path.read_text().splitlines()) if path.exists() else 0
+
+
+class RawCaller:
+    """A non-member speaking the wire protocol from a plain UDP socket: it can send one CALL datagram as many
+    times as it likes, keep it, and replay it later."""
+
+    def __init__(self) -> None:
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.setsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_IF, socket.inet_aton("127.0.0.1"))
+        self.pid = f"127.0.0.1:{self.sock.getsockname()[1]}"
+
+    def datagram(self, payload: bytes) -> bytes:
+        return encode(NonMemberData(GROUP, None, self.pid, 0, int(time.time() * 1000), QoS.TOTAL,
+                                    NonMemberData.FLAG_ACK, 0, payload))
+
+    def send(self, data: bytes, copies: int) -> None:
+        for _ in range(copies):
+            self.sock.sendto(data, group_address(GROUP))
+
+    def answers(self, seconds: float) -> list[NonMemberAck]:
+        """Every Non Member ACK that arrives within ``seconds`` (the group answers each copy it orders)."""
+        out: list[NonMemberAck] = []
+        deadline = time.monotonic() + seconds
+        while (left := deadline - time.monotonic()) > 0:
+            self.sock.settimeout(left)
+            try:
+                data, _ = self.sock.recvfrom(65536)
+            except TimeoutError:
+                break
+            packet = decode(data)
+            if isinstance(packet, NonMemberAck):
+                out.append(packet)
+        return out
+
+
+def test_call_runs_once_with_duplicates_on_the_wire_and_after_kill_9_of_every_member(daemons, tmp_path) -> None:
+    runs = tmp_path / "runs"
+    members = [daemons(f"m{i}") for i in range(3)]
+    for d in members[1:]:
+        d.rmp("join", GROUP)
+    server = start_server(members[0], runs)
+    wait_for(lambda: all(len(d.members(GROUP)) == 3 for d in members), 30, "a three-member group")
+    wait_for(lambda: ready_for_calls(members), 10, "the members' SCMP floors to pass")
+    outsider = daemons("outsider")
+
+    # A non-member's `rmp call` gets one reply; the command ran once.
+    result = outsider.rmp("call", GROUP, "hello")
+    assert result.stdout == "HELLO"
+    assert runs_of(runs) == 1
+
+    # The same CALL datagram five times on the wire: one run; copies ordered while it runs get an ACK, later
+    # ones the stored reply.
+    caller = RawCaller()
+    call = caller.datagram(b"dup")
+    caller.send(call, 5)
+    answers = caller.answers(2.0)
+    replies = {a.reply for a in answers if a.status is CallStatus.REPLY}
+    assert replies == {b"DUP"} and {a.status for a in answers} <= {CallStatus.ACK, CallStatus.REPLY}
+    assert runs_of(runs) == 2
+    scmp = next(g["scmp"] for g in members[0].status()["groups"] if g["group"] == GROUP)
+    assert scmp["new"] == 2 and scmp["duplicate"] >= 1, scmp
+
+    # kill -9 every member, start them again on the same ports (same process IDs, same state directories).
+    latest_files = sorted(p for d in members for p in d.state_dir.glob("scmp-latest-*"))
+    assert len(latest_files) == 3
+    stamp = decode(call).stamp
+    assert all(int(p.read_text()) >= stamp for p in latest_files), "latest covered the call before it ran"
+    ports = [int(d.pid.rsplit(":", 1)[1]) for d in members]
+    for d in members:
+        d.proc.send_signal(signal.SIGKILL)
+    for d in members:
+        d.proc.wait(10)
+    server.wait(30)
+    members = [daemons(f"m{i}", port=port) for i, port in enumerate(ports)]
+    for d in members[1:]:
+        d.rmp("join", GROUP)
+    server = start_server(members[0], runs)
+    wait_for(lambda: all(len(d.members(GROUP)) == 3 for d in members), 30, "the group formed again")
+
+    # The CALL captured before the crash, replayed: refused as a possible duplicate, not run.
+    caller.send(call, 5)
+    answers = caller.answers(2.0)
+    assert answers and {a.status for a in answers} == {CallStatus.UNKNOWN}
+    assert runs_of(runs) == 2
+
+    # A fresh call is accepted once the restarted members' floors have passed.
+    wait_for(lambda: ready_for_calls(members), 10, "the restarted members' SCMP floors to pass")
+    assert outsider.rmp("call", GROUP, "again").stdout == "AGAIN"
+    assert runs_of(runs) == 3
+    server.terminate()
+
+
+def test_call_errors_are_clear(daemons) -> None:
+    member = daemons("m")
+    member.rmp("join", GROUP)
+    wait_for(lambda: ready_for_calls([member]), 10, "the member's SCMP floor to pass")
+    outsider = daemons("outsider")
+    no_handler = outsider.rmp("call", GROUP, "x", "--handler", "2", check=False)
+    assert no_handler.returncode == 1 and "call-no-handler" in no_handler.stderr
+    nobody = outsider.rmp("call", "no-such-group", "x", "--timeout", "0.5", check=False)
+    assert nobody.returncode == 1 and "call-timeout" in nobody.stderr
+    delivered = outsider.rmp("call", GROUP, "note", "--no-handler")
+    assert "delivered" in delivered.stderr

@@ -16,6 +16,7 @@ from cli.call_cmds import call_app
 from cli.group_cmds import group_app
 from cli.message_cmds import message_app
 from cli.sim_cmd import sim_app
+from cli.sim_scmp_cmd import sim_scmp_app
 from cli.status_cmd import status_app
 
 app = typer.Typer(
@@ -25,6 +26,7 @@ app = typer.Typer(
     add_completion=False,
 )
 app.add_typer(sim_app)
+app.add_typer(sim_scmp_app)
 app.add_typer(audit_app)
 app.add_typer(bench_app)
 app.add_typer(group_app)

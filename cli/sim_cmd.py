@@ -49,6 +49,8 @@ def sim(
     joins: Annotated[int, typer.Option(min=0, help="Processes that join during the run.")] = 0,
     leaves: Annotated[int, typer.Option(min=0, help="Members that leave during the run.")] = 0,
     locks: Annotated[bool, typer.Option("--locks", help="Random lock and unlock requests.")] = False,
+    calls: Annotated[int, typer.Option(min=0, help="Calls from a non-member to handler 0 (held by member 1).")] = 0,
+    call_dup: Annotated[int, typer.Option(min=1, help="Copies of each call datagram put on the wire.")] = 1,
     seeds: Annotated[int, typer.Option(min=1, help="Run seeds 1..S.")] = 1,
     seed: Annotated[int | None, typer.Option(help="Run exactly this one seed (replays a failure).")] = None,
     journal: Annotated[Path | None, typer.Option(help="Write journals to DIR/seed-<n>/.")] = None,
@@ -65,7 +67,7 @@ def sim(
         raise typer.BadParameter("--leaves must leave at least one member", param_hint="--leaves")
     config = SimConfig(members=members, senders=senders, messages=messages, size=size, loss=loss, dup=dup,
                        reorder=reorder, qos=qos, crash=crash, partition=partition, joins=joins, leaves=leaves,
-                       locks=locks)
+                       locks=locks, calls=calls, call_dup=call_dup)
     seed_list = [seed] if seed is not None else list(range(1, seeds + 1))
     started = time.monotonic()
     results = _run_all(config, seed_list, journal, workers or os.cpu_count() or 1, err)
@@ -79,6 +81,10 @@ def sim(
         if not r.liveness:
             failures.append({"seed": r.seed, "invariant": "liveness",
                              "detail": f"delivered {r.delivered} of {r.expected} reliable deliveries owed",
+                             "replay": config.replay_command(r.seed)})
+        if r.calls and not config.membership_faults and not config.loss and r.calls_replied != r.calls:
+            failures.append({"seed": r.seed, "invariant": "call-liveness",
+                             "detail": f"{r.calls_replied} of {r.calls} calls replied ({r.calls_failed})",
                              "replay": config.replay_command(r.seed)})
         if not r.quiescent:
             failures.append({"seed": r.seed, "invariant": "quiescence",
@@ -98,6 +104,9 @@ def sim(
         "datagrams": sum(r.datagrams for r in results),
         "max_sim_seconds": max((r.sim_time for r in results), default=0.0),
         "max_ack_slots": max((r.max_ack_slots for r in results), default=0),
+        "calls": sum(r.calls for r in results),
+        "calls_replied": sum(r.calls_replied for r in results),
+        "calls_failed": sum(sum(r.calls_failed.values()) for r in results),
         "elapsed_seconds": round(elapsed, 3),
         "failures": failures,
     }

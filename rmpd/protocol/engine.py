@@ -1129,8 +1129,9 @@ class GroupEngine(Reformation):
         """This process's clock in ms (the caller passes ``now``; ``wall_offset`` maps it to wall-clock time)."""
         return int((now + self.wall_offset) * 1000)
 
-    def _deliver_call(self, packet: Data, call: Relayed, ts: int | None, now: float) -> None:
-        """Every member runs the filter on the call here, in total order; the responder acts on the verdict."""
+    def _deliver_call(self, packet: Data, call: Relayed, ts: int | None, now: float) -> tuple[bytes, ...]:
+        """Every member runs the filter on the call here, in total order; the responder acts on the verdict.
+        Returns what was handed to the application as a delivery (the call, for a new call without handler)."""
         view = self.view
         handler = packet.handler
         holder = view.lock_holder(handler) if handler is not None else None
@@ -1140,24 +1141,25 @@ class GroupEngine(Reformation):
             self.calls.in_flight.discard((call.caller, call.conn, call.stamp))
             if packet.src == self.pid:
                 self._answer_call(call, CallStatus.NO_HANDLER, None, now)
-            return
+            return ()
         responder = holder if holder is not None else packet.src
         verdict, _, answer = self.calls.decide(call, responder == self.pid, holder is not None)
         accepted = verdict is Verdict.NEW
         self.stats[f"calls_{verdict.value}"] += 1
         self._record("scmp", now, conn=f"{call.caller}/{call.conn}", msg_ts=call.stamp, accepted=accepted, ts=ts,
                      src=call.caller, qos=packet.qos.name())
+        delivered: tuple[bytes, ...] = ()
         if accepted and holder is None:
             self._events.append(Delivery(self.group, call.caller, call.stamp, packet.qos, ts, view.view_id,
                                          call.payload, None))
+            delivered = (call.payload,)
         elif accepted and holder == self.pid:
             self._events.append(CallRequest(self.group, call.caller, call.conn, call.stamp, handler or 0,
                                             call.payload, view.view_id))
-        if answer is None:
-            return
-        if holder is None and answer.status is CallStatus.ACK and not call.flags & NonMemberData.FLAG_ACK:
-            return
-        self._answer_call(call, answer.status, answer.reply, now)
+        if answer is not None and (holder is not None or answer.status is not CallStatus.ACK
+                                   or call.flags & NonMemberData.FLAG_ACK):
+            self._answer_call(call, answer.status, answer.reply, now)
+        return delivered
 
     def _answer_call(self, call: Relayed, status: CallStatus, reply: bytes | None, now: float) -> None:
         self.stats[f"call_answer_{status.name.lower()}"] += 1
@@ -1205,13 +1207,19 @@ class GroupEngine(Reformation):
             self._mark_delivered(packet.src, packet.seq)
         self.stats["delivered"] += 1
         messages = self._messages_of(packet)
-        if isinstance(packet.payload, Relayed):
-            self._deliver_call(packet, packet.payload, ts, now)
-        for index, payload in enumerate(messages):
-            self._events.append(Delivery(self.group, packet.src, packet.seq, packet.qos, ts, self.view.view_id,
-                                         payload, packet.handler, index))
+        relayed = isinstance(packet.payload, Relayed)
+        if relayed:
+            # A non-member's call: what the application gets (a delivery for calls without handler, a request at
+            # the handler's holder) is decided by the SCMP filter, not by this packet's payload.
+            messages = self._deliver_call(packet, packet.payload, ts, now)  # type: ignore[arg-type]
+        else:
+            for index, payload in enumerate(messages):
+                self._events.append(Delivery(self.group, packet.src, packet.seq, packet.qos, ts, self.view.view_id,
+                                             payload, packet.handler, index))
         if self.config.journal:
             extra: dict[str, Any] = {"parts": len(messages)} if len(messages) != 1 else {}
+            if relayed:
+                extra["relayed"] = True
             if not messages and isinstance(packet.payload, Fragment) and not packet.payload.more:
                 extra["incomplete"] = True
             self._record(

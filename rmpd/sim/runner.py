@@ -11,6 +11,7 @@ survivors must converge: every member of the surviving view delivers every relia
 
 from __future__ import annotations
 
+import contextlib
 import random
 from collections import Counter
 from collections.abc import Callable
@@ -21,7 +22,7 @@ from typing import Any
 from ..journal import JournalWriter
 from ..protocol.config import EngineConfig
 from ..protocol.engine import GroupEngine, MessageTooLarge
-from ..protocol.events import Delivery, Left
+from ..protocol.events import CallAnswered, CallRequest, Delivery, Left
 from ..protocol.ids import ViewId
 from ..protocol.process import NotMember, RmpProcess
 from ..protocol.qos import Level, QoS
@@ -52,6 +53,10 @@ class SimConfig:
     joins: int = 0
     leaves: int = 0
     locks: bool = False
+    calls: int = 0
+    """Calls from a non-member process to handler 0, held by the first member (multi-RPC with SCMP)."""
+    call_dup: int = 1
+    """Copies of every Non Member Data datagram the caller puts on the wire."""
     send_interval: float = 0.002
     """Mean gap between one sender's messages (exponentially distributed), in virtual seconds."""
     max_time: float = 900.0
@@ -70,6 +75,8 @@ class SimConfig:
             raise ValueError("--crash, --joins and --leaves must not be negative")
         if self.leaves >= self.members:
             raise ValueError("--leaves must leave at least one member")
+        if self.calls < 0 or self.call_dup < 1:
+            raise ValueError("--calls must not be negative and --call-dup must be at least 1")
         LinkFaults(loss=self.loss, dup=self.dup, reorder=self.reorder)
 
     @property
@@ -93,6 +100,8 @@ class SimConfig:
             args += ["--leaves", str(self.leaves)]
         if self.locks:
             args.append("--locks")
+        if self.calls:
+            args += ["--calls", str(self.calls), "--call-dup", str(self.call_dup)]
         return args
 
     def replay_command(self, seed: int) -> str:
@@ -115,6 +124,9 @@ class SeedResult:
     detection_seconds: float = 0.0
     stats: dict[str, int] = field(default_factory=dict)
     max_ack_slots: int = 0
+    calls: int = 0
+    calls_replied: int = 0
+    calls_failed: dict[str, int] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -143,8 +155,14 @@ class Simulation:
         self.fault_rng = random.Random(seed * 8 + 5)
         self.work_rng = random.Random(seed * 8 + 2)
         self.engine_factory = engine_factory
-        total = config.members + config.joins
+        total = config.members + config.joins + (1 if config.calls else 0)
         self.hosts = [f"10.0.{i // 250}.{i % 250 + 1}" for i in range(total)]
+        self.caller = total - 1 if config.calls else None
+        """The slot of the non-member that calls the group (never joins it)."""
+        self.calls_run: Counter[tuple[str, int, int]] = Counter()
+        self.call_answers: Counter[int] = Counter()
+        self.calls_replied = 0
+        self.calls_failed: Counter[str] = Counter()
         self.pids = [f"{host}:7000" for host in self.hosts]
         """The current process ID on each host: a restarted process takes a new port (paper 3.1: a process ID is
         never reused)."""
@@ -164,6 +182,8 @@ class Simulation:
         self.timer_at: list[float | None] = [None] * total
         self.timer_version = [0] * total
         self.to_send = [config.messages if i < config.senders else 0 for i in range(total)]
+        if self.caller is not None:
+            self.to_send[self.caller] = 0
         self.sent: list[Sent] = []
         self.refused_sends = 0
         self.views: set[str] = set()
@@ -234,6 +254,7 @@ class Simulation:
             if self.to_send[i]:
                 self.queue.push(self.work_rng.expovariate(1 / self.send_interval), "send", i)
         self._schedule_faults()
+        self._schedule_calls()
         queue = self.queue
         timed_out = False
         same_time, last_time = 0, -1.0
@@ -266,6 +287,8 @@ class Simulation:
                     self._drain(i)
             elif kind == "send":
                 self._app_send(payload)
+            elif kind == "call":
+                self._call(payload)
             else:
                 self._fault(kind, payload)
         self.checker.finish()
@@ -329,6 +352,51 @@ class Simulation:
                 return
             self._drain(i)
 
+    def _schedule_calls(self) -> None:
+        """The first member takes handler lock 0 at once; calls start once every member's SCMP floor (about 2 s
+        after it started, multirpc.start_upper) has passed, and spread over the fault window."""
+        if self.caller is None:
+            return
+        self._spawn(self.caller)
+        holder = self.procs[0]
+        assert holder is not None
+        holder.lock(GROUP, 0, self.queue.now)
+        self._drain(0)
+        start = 2.5
+        for n in range(self.config.calls):
+            self.queue.push(start + self.work_rng.uniform(0.0, max(self.faults_until, 1.0)), "call", n)
+
+    def _call(self, n: int) -> None:
+        proc = self.procs[self.caller] if self.caller is not None else None
+        if proc is None:
+            return
+        proc.call(GROUP, f"call {n}".encode(), self.queue.now, handler=0, timeout=20.0)
+        self._drain(self.caller)  # type: ignore[arg-type]
+
+    def _on_call_events(self, i: int, events: list[Any]) -> None:
+        """Serve calls (the handler's holder answers at once) and check each ran at most once, answered once."""
+        proc = self.procs[i]
+        assert proc is not None
+        for event in events:
+            if isinstance(event, CallRequest):
+                key = (event.caller, event.conn, event.stamp)
+                self.calls_run[key] += 1
+                if self.calls_run[key] > 1:
+                    self.checker.fail("call-at-most-once", f"{key} ran {self.calls_run[key]} times, the last at "
+                                                           f"{proc.pid}")
+                with contextlib.suppress(NotMember):
+                    proc.reply(GROUP, event.caller, event.conn, event.stamp, event.payload.upper(), self.queue.now)
+            elif isinstance(event, CallAnswered):
+                self.call_answers[event.call_id] += 1
+                if self.call_answers[event.call_id] > 1:
+                    self.checker.fail("call-one-answer", f"call {event.call_id} answered twice")
+                if event.error is None:
+                    self.calls_replied += 1
+                    if not event.reply or not event.reply.startswith(b"CALL "):
+                        self.checker.fail("call-reply", f"call {event.call_id} got reply {event.reply!r}")
+                else:
+                    self.calls_failed[event.error] += 1
+
     def _rejoin(self, i: int) -> None:
         proc = self.procs[i]
         if proc is not None and proc.view(GROUP) is None and GROUP not in proc.joining:
@@ -374,12 +442,12 @@ class Simulation:
         proc = self.procs[i]
         if proc is None:
             return
-        for tx in proc.datagrams_to_send():
-            if tx.dest is None:
-                self.network.multicast(i, tx.data)
-            else:
-                self.network.unicast(i, self.index[tx.dest], tx.data)
+        self._transmit(i, proc)
         events = proc.events()
+        if self.caller is not None:
+            self._on_call_events(i, events)
+            events += proc.events()  # what replying produced
+            self._transmit(i, proc)
         deliveries = iter([e for e in events if isinstance(e, Delivery)])
         records = proc.journal_records()
         node = self._node(i)
@@ -414,6 +482,15 @@ class Simulation:
             self.timer_version[i] += 1
             if deadline is not None:
                 self.queue.push(max(deadline, self.queue.now), "timer", (i, self.timer_version[i]))
+
+    def _transmit(self, i: int, proc: RmpProcess) -> None:
+        copies = self.config.call_dup if i == self.caller else 1
+        for tx in proc.datagrams_to_send():
+            if tx.dest is None:
+                for _ in range(copies):  # the caller's calls are duplicated on the wire (--call-dup)
+                    self.network.multicast(i, tx.data)
+            else:
+                self.network.unicast(i, self.index[tx.dest], tx.data)
 
     def _on_view(self, rec: dict[str, Any]) -> None:
         self.views.add(rec["view"])
@@ -450,6 +527,9 @@ class Simulation:
             detection_seconds=round(max(self.detections, default=0.0), 3),
             stats=dict(stats),
             max_ack_slots=self.max_ack_slots,
+            calls=self.config.calls,
+            calls_replied=self.calls_replied,
+            calls_failed=dict(self.calls_failed),
         )
 
     def _liveness(self) -> tuple[int, int]:

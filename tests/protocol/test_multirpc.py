@@ -127,3 +127,22 @@ def test_a_fresh_member_refuses_calls_stamped_before_it_started() -> None:
     net.advance(0.5)
     assert not net.of_type(0, CallRequest)
     assert [a.error for a in net.of_type(CALLER, CallAnswered)] == ["unknown"]
+
+
+def test_persisted_latest_covers_a_member_whose_clock_went_back() -> None:
+    """The floor alone (own clock + ahead + skew) would let a replayed call through after the clock was set back
+    across a restart; the persisted latest still refuses it."""
+    from rmpd.protocol.multirpc import GroupCalls, ScmpSettings, start_upper
+    from rmpd.protocol.packets import RELAYED_TAG, Relayed
+    from rmpd.scmp.filter import Verdict
+
+    before_crash_stamp = 1_000_000
+    persisted = before_crash_stamp + 3000
+    clock_after_restart = before_crash_stamp - 60_000  # set back a minute
+    settings = ScmpSettings(upper=persisted, latest=persisted)
+    calls = GroupCalls(ScmpSettings(upper=start_upper(settings, clock_after_restart), latest=persisted))
+    relay_clock = before_crash_stamp + 100  # another member relays it, its clock right
+    replay = Relayed(RELAYED_TAG, "10.0.0.9:1", 0, before_crash_stamp, 0, relay_clock, b"x")
+    assert calls.decide(replay, responder=True, has_handler=True)[0] is Verdict.SUMMARY
+    without = GroupCalls(ScmpSettings(upper=start_upper(ScmpSettings(), clock_after_restart)))
+    assert without.decide(replay, responder=True, has_handler=True)[0] is Verdict.NEW

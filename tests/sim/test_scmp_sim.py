@@ -32,3 +32,26 @@ def test_cli_reports_and_fails_on_nothing_here() -> None:
     assert out.exit_code == 0, out.output
     summary = json.loads(out.stdout.strip().splitlines()[-1])
     assert summary["duplicates_accepted"] == 0 and summary["seeds"] == 3
+
+
+def test_engine_sim_calls_duplicated_five_times_run_once_and_all_get_their_reply() -> None:
+    from rmpd.sim.runner import SimConfig, run_seed
+
+    config = SimConfig(members=3, senders=2, messages=50, calls=10, call_dup=5)
+    for seed in range(1, 6):
+        result = run_seed(config, seed)
+        assert result.violation_count == 0, result.violations[:3]
+        assert result.calls_replied == 10, result.calls_failed
+        copies = result.stats.get("call_copy_in_flight", 0) + result.stats.get("calls_duplicate", 0)
+        assert copies >= 10 * 4, "the copies reached the relay: dropped while in flight, or filtered once ordered"
+
+
+def test_engine_sim_calls_under_faults_never_run_twice() -> None:
+    from rmpd.sim.runner import SimConfig, run_seed
+
+    config = SimConfig(members=5, senders=2, messages=60, loss=0.05, crash=1, partition=True, locks=True,
+                       calls=10, call_dup=5)
+    for seed in range(1, 4):
+        result = run_seed(config, seed)
+        assert result.violation_count == 0, result.violations[:3]
+        assert result.calls_replied + sum(result.calls_failed.values()) == 10

@@ -31,11 +31,11 @@ def status(ctx: typer.Context, json_out: Annotated[bool, JsonOption] = False) ->
     for source, count in (auth.get("unverified_sources") or {}).items():
         console.print(f"[yellow]{count} datagram(s) from {source} could not be verified[/yellow]")
     table = Table(title="groups")
-    for column in ("group", "view", "members", "local clients", "persistent", "locks"):
+    for column in ("group", "view", "members", "local clients", "persistent", "locks", "calls (SCMP)"):
         table.add_column(column)
     for g in reply["groups"]:
         table.add_row(g["group"], g["view"] or "(joining)", "\n".join(g["members"]), str(g["clients"]),
-                      "yes" if g["persistent"] else "no", ", ".join(map(str, g["locks"])))
+                      "yes" if g["persistent"] else "no", ", ".join(map(str, g["locks"])), _scmp(g.get("scmp")))
     console.print(table)
     counters = Table(title="counters")
     counters.add_column("counter")
@@ -43,3 +43,12 @@ def status(ctx: typer.Context, json_out: Annotated[bool, JsonOption] = False) ->
     for name, value in reply["counters"].items():
         counters.add_row(name, str(value))
     console.print(counters)
+
+
+def _scmp(scmp: dict | None) -> str:
+    """The group's call filter in a few words: the lifetime estimate and what it accepted and refused."""
+    if not scmp:
+        return ""
+    return (f"lifetime {scmp['lifetime_ms']} ms ({scmp['estimator']})\n"
+            f"accepted {scmp['new']}, duplicate {scmp['duplicate']}\n"
+            f"summary-rejected {scmp['summary-rejected']}, too early {scmp['too-early']}")

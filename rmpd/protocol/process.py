@@ -205,13 +205,7 @@ class RmpProcess:
         self.receive_packet(packet, now)
 
     def receive_packet(self, packet: Packet, now: float) -> None:
-        if isinstance(packet, NonMemberData):
-            engine = self.engines.get(packet.group)
-            if engine is None:
-                self.stats["other_group"] += 1
-            else:
-                engine.non_member_data(packet, now)
-        elif isinstance(packet, NonMemberAck):
+        if isinstance(packet, NonMemberAck):
             if packet.status is CallStatus.REPLY_ACK:
                 for engine in self.engines.values():
                     if engine.accepts_view(packet.view):
@@ -221,10 +215,12 @@ class RmpProcess:
                 self.caller.receive(packet, now)
         elif isinstance(packet, NewList) and packet.request_src == self.pid and packet.group in self.joining:
             self._admitted(packet, now)
-        elif isinstance(packet, ListChangeRequest):
+        elif isinstance(packet, ListChangeRequest | NonMemberData):  # addressed by group name
             engine = self.engines.get(packet.group)
             if engine is None:
                 self.stats["other_group"] += 1
+            elif isinstance(packet, NonMemberData):
+                engine.non_member_data(packet, now)
             else:
                 engine.receive_packet(packet, now)
         else:

@@ -63,7 +63,22 @@ class _Adaptive:
     ltimes: list[int] = field(default_factory=list)
 
 
-class UnlimitedHorizon(LifetimeEstimator):
+class AdaptiveEstimator(LifetimeEstimator):
+    """What figures 2 and 3 share: every message's lifetime is recorded, with the accepted and summary-rejected
+    counts that decide whether the estimate may come down."""
+
+    def __init__(self, initial: int, interval: int) -> None:
+        super().__init__(initial, interval)
+        self.state = _Adaptive()
+
+    def observe(self, lifetime: int, accepted: bool, summary_rejected: bool) -> None:
+        super().observe(lifetime, accepted, summary_rejected)
+        self.state.ltimes.append(max(1, lifetime))
+        self.state.numacc += accepted
+        self.state.numrej += summary_rejected
+
+
+class UnlimitedHorizon(AdaptiveEstimator):
     """Figure 2: raise to cover the largest lifetime since the last collection; lower only when accepted messages
     outnumber ``p`` times the summary-rejected ones, with ``p`` growing by one per decrease.  Collections happen
     every ``interval`` ms."""
@@ -73,13 +88,6 @@ class UnlimitedHorizon(LifetimeEstimator):
     def __init__(self, initial: int = 1, interval: int = 1000) -> None:
         super().__init__(initial, interval)
         self.p = 1
-        self.state = _Adaptive()
-
-    def observe(self, lifetime: int, accepted: bool, summary_rejected: bool) -> None:
-        super().observe(lifetime, accepted, summary_rejected)
-        self.state.ltimes.append(max(1, lifetime))
-        self.state.numacc += accepted
-        self.state.numrej += summary_rejected
 
     def update(self, clock: int) -> int:
         self._last_collect = clock
@@ -96,7 +104,7 @@ class UnlimitedHorizon(LifetimeEstimator):
         return self.estimate
 
 
-class LimitedHorizon(LifetimeEstimator):
+class LimitedHorizon(AdaptiveEstimator):
     """Figure 3: collect after every ``window`` (S) messages, judging by the (``spikes`` + 1)-st largest lifetime
     (H transient spikes per S are tolerated); lower while accepted messages outnumber ``p`` times the
     summary-rejected ones, ``p`` fixed (at most (S - H) / H), taking one extra accepted message as reserve."""
@@ -114,13 +122,6 @@ class LimitedHorizon(LifetimeEstimator):
         self.window = window
         self.spikes = spikes
         self.p = p
-        self.state = _Adaptive()
-
-    def observe(self, lifetime: int, accepted: bool, summary_rejected: bool) -> None:
-        super().observe(lifetime, accepted, summary_rejected)
-        self.state.ltimes.append(max(1, lifetime))
-        self.state.numacc += accepted
-        self.state.numrej += summary_rejected
 
     def due(self, clock: int) -> bool:
         return len(self.state.ltimes) >= self.window

@@ -142,3 +142,6 @@ def test_call_errors_are_clear(daemons) -> None:
     assert nobody.returncode == 1 and "call-timeout" in nobody.stderr
     delivered = outsider.rmp("call", GROUP, "note", "--no-handler")
     assert "delivered" in delivered.stderr
+    scmp = next(g["scmp"] for g in member.status()["groups"] if g["group"] == GROUP)
+    assert scmp["new"] == 1 and scmp["estimator"] == "limited-horizon", scmp
+    assert "lifetime" in member.rmp("status").stdout

@@ -36,18 +36,22 @@ def keyed_group(daemons, key: Path, group: str) -> list[Daemon]:
 
 
 class Chatter:
-    """Sends a message to the group every 0.1 s from one member, so the group's address carries traffic."""
+    """Sends a message to the group every 0.1 s from one member, so the group's address carries traffic; entered
+    once the first message went out (an outsider's join is only informative while traffic flows)."""
 
     def __init__(self, daemon: Daemon, group: str) -> None:
         self.stop = threading.Event()
+        self.sending = threading.Event()
         self.thread = threading.Thread(target=self._run, args=(daemon, group), daemon=True)
         self.thread.start()
 
     def _run(self, daemon: Daemon, group: str) -> None:
         while not self.stop.wait(0.1):
-            daemon.rmp("send", group, "tick", check=False)
+            if daemon.rmp("send", group, "tick", check=False).returncode == 0:
+                self.sending.set()
 
     def __enter__(self) -> Chatter:
+        assert self.sending.wait(30), "the chatter could not send"
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -41,6 +41,10 @@ class ScmpFilter:
         self.latest = latest
         self.pinned: set[Hashable] = set()
         """Connections whose entries garbage collection must keep (calls being computed, figure 3-1)."""
+        self.start_floor = upper
+        """``upper`` as the filter started (after a crash, the persisted ``latest``): rejections at or below it are
+        the price of starting without a table, not a sign that the lifetime estimate is too small, so the
+        estimator does not count them against lowering it."""
         self.counts = {v: 0 for v in Verdict}
 
     @classmethod
@@ -64,7 +68,8 @@ class ScmpFilter:
                 verdict = Verdict.NEW if stamp > self.upper else Verdict.SUMMARY
             if verdict is Verdict.NEW:
                 self.table[conn] = stamp
-            self.estimator.observe(clock - stamp, verdict is Verdict.NEW, verdict is Verdict.SUMMARY)
+            lost = verdict is Verdict.SUMMARY and stamp > self.start_floor
+            self.estimator.observe(clock - stamp, verdict is Verdict.NEW, lost)
         self.counts[verdict] += 1
         if self.estimator.due(clock):
             self.collect(clock)

@@ -107,6 +107,18 @@ def test_crash_recovery_starts_upper_at_persisted_latest(tmp_path) -> None:
     assert after.decide(B, 1200, 2000) is Verdict.NEW
 
 
+def test_rejections_below_the_recovery_floor_do_not_hold_the_estimate_up() -> None:
+    """After a crash every message stamped before the persisted latest is refused; that says nothing about the
+    lifetime estimate, so the estimator does not count it (it would block lowering the estimate for minutes)."""
+    f = ScmpFilter.recovered(fixed(), 1000)
+    f.raise_latest(5000)
+    assert f.decide(A, 900, 1100) is Verdict.SUMMARY
+    assert f.estimator.summary_rejected == 0
+    f.upper = 1500  # a later collection raised upper: a fresh message below it is a real loss
+    assert f.decide(B, 1200, 1300) is Verdict.SUMMARY
+    assert f.estimator.summary_rejected == 1
+
+
 def test_latest_store_is_monotonic_and_durable(tmp_path) -> None:
     store = LatestStore(tmp_path / "d" / "latest")
     assert store.load() is None

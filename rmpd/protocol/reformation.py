@@ -147,6 +147,7 @@ class Reformation:
         self.null_deadline = None
         self.rto.stop()
         self.stall_deadline = None
+        self.hint_deadline = None
         self.request_timer.stop()
 
     def _unfreeze(self, now: float) -> None:

@@ -188,3 +188,25 @@ def test_a_group_formed_by_joins_frees_what_every_member_holds() -> None:
         engine = net[i].engines["g"]
         assert len([e for e in history(net, i) if not isinstance(e, tuple)]) >= 300
         assert len(engine.q.slots) <= 3 and len(engine.data) <= 1, (i, len(engine.q.slots), engine.q.base)
+
+
+def test_member_that_missed_a_new_list_while_waiting_asks_at_once() -> None:
+    """A member holding safe messages that are not yet stable misses the New List of a lock grant.  The ring stops
+    at it: the token site passes it the token in a view it does not know, again and again.  Each such packet says
+    a New List was missed, so it asks the sender promptly, rather than at its next stall round (1.5 s and more)."""
+    net = group_of(3)
+    lagging = net.pids[2]
+    net.drop = lambda src, dst, p: isinstance(p, NewList) and dst == lagging
+    for n in range(5):
+        net.send(0, f"s{n}".encode(), QoS.SAFE)
+    net.do(1, lambda p, now: p.lock("g", 0, now))
+    net.advance(0.05, step=0.001)
+    net.drop = lambda src, dst, p: False
+    assert net[2].view("g") != net[0].view("g"), "the lagging member missed the New List"
+    missed_at = net.now
+    while net[2].view("g") != net[0].view("g") and net.now - missed_at < 5.0:
+        net.advance(0.01, step=0.001)
+    assert net.now - missed_at < 0.5, f"caught up only after {net.now - missed_at:.2f} s"
+    assert net[2].engines["g"].stats["reformations_started"] == 0
+    net.advance(2.0)
+    assert net.delivered(2) == net.delivered(0)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import statistics
 import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
@@ -90,6 +91,7 @@ def sim(
             failures.append({"seed": r.seed, "invariant": "quiescence",
                              "detail": f"ring still busy after {config.max_time} simulated seconds",
                              "replay": config.replay_command(r.seed)})
+    detections = [d for r in results for d in r.detections]
     summary = {
         "seeds": len(results),
         "violations": sum(r.violation_count for r in results),
@@ -101,6 +103,8 @@ def sim(
         "views_installed": sum(r.views_installed for r in results),
         "reformations": sum(r.reformations for r in results),
         "detection_seconds": max((r.detection_seconds for r in results), default=0.0),
+        "detection_p50_seconds": round(statistics.median(detections), 3) if detections else 0.0,
+        "crashes_unremoved": sum(r.crashes_unremoved for r in results),
         "datagrams": sum(r.datagrams for r in results),
         "max_sim_seconds": max((r.sim_time for r in results), default=0.0),
         "max_ack_slots": max((r.max_ack_slots for r in results), default=0),

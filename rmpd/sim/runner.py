@@ -122,6 +122,12 @@ class SeedResult:
     views_installed: int = 0
     reformations: int = 0
     detection_seconds: float = 0.0
+    detections: list[float] = field(default_factory=list)
+    """Seconds from each crash to the first view without the crashed process installed by one of its fellow
+    members (the processes whose view held it when it crashed)."""
+    crashes_unremoved: int = 0
+    """Crashes no fellow member ever installed a view without: they all stopped first (the group fell below
+    its minimum partition) or crashed too."""
     stats: dict[str, int] = field(default_factory=dict)
     max_ack_slots: int = 0
     calls: int = 0
@@ -175,7 +181,8 @@ class Simulation:
         self.engine_config = EngineConfig(**{**asdict(base), "journal": True})
         self.procs: list[RmpProcess | None] = [None] * total
         self.incarnation = [0] * total
-        self.crashed_at: dict[str, float] = {}
+        self.crashed_at: dict[str, tuple[float, set[str]]] = {}
+        """Crashed process ID -> (when, its fellow members then that have not yet removed it nor stopped)."""
         self.detections: list[float] = []
         self.side: list[int] = [0] * total
         self.partitioned = False
@@ -304,7 +311,11 @@ class Simulation:
         if kind == "crash" and self.procs[i] is not None:
             self.procs[i] = None
             self.timer_version[i] += 1
-            self.crashed_at[self.pids[i]] = now
+            pid = self.pids[i]
+            fellows = {p.pid for p in self.procs if p is not None and pid in (p.view(GROUP) or ())}
+            for watchers in (w for _, w in self.crashed_at.values()):
+                watchers.discard(pid)
+            self.crashed_at[pid] = (now, fellows)
         elif (kind == "restart" and self.procs[i] is None) or (kind == "join" and self.procs[i] is None):
             self._spawn(i).join(GROUP, now, min_partition=self.min_partition)
             self._drain(i)
@@ -457,7 +468,7 @@ class Simulation:
                 payloads = tuple(next(deliveries).payload for _ in range(rec.get("parts", 1)))
             self.checker.on_record(node, rec, payloads)
             if rec["event"] == "view":
-                self._on_view(rec)
+                self._on_view(node, rec)
             elif rec["event"] == "recovery" and rec.get("role") == "commit":
                 self.recoveries.add(rec["view"] + "/" + str(rec.get("version")))
         if self.writer is not None and records:
@@ -467,6 +478,8 @@ class Simulation:
         for event in events:
             if isinstance(event, Left):
                 self.checker.forget_views(node)  # whatever this process joins next is a new membership
+                for _, watchers in self.crashed_at.values():
+                    watchers.discard(node)
                 self.departures.append((self.queue.now, node, event.reason))
             if isinstance(event, Left) and event.reason != "left":
                 # A minority partition stopped: come back as a new member once the partition heals.
@@ -492,11 +505,11 @@ class Simulation:
             else:
                 self.network.unicast(i, self.index[tx.dest], tx.data)
 
-    def _on_view(self, rec: dict[str, Any]) -> None:
+    def _on_view(self, node: str, rec: dict[str, Any]) -> None:
         self.views.add(rec["view"])
         members = set(rec["members"])
-        for pid, at in list(self.crashed_at.items()):
-            if pid not in members:
+        for pid, (at, fellows) in list(self.crashed_at.items()):
+            if pid not in members and node in fellows:
                 self.detections.append(self.queue.now - at)
                 del self.crashed_at[pid]
 
@@ -525,6 +538,8 @@ class Simulation:
             views_installed=len(self.views),
             reformations=len(self.recoveries),
             detection_seconds=round(max(self.detections, default=0.0), 3),
+            detections=[round(d, 3) for d in self.detections],
+            crashes_unremoved=len(self.crashed_at),
             stats=dict(stats),
             max_ack_slots=self.max_ack_slots,
             calls=self.config.calls,

@@ -98,6 +98,15 @@ class Backoff:
     def expired(self, now: float) -> bool:
         return self.deadline is not None and now >= self.deadline
 
+    def exhausted(self, limit: int) -> bool:
+        """This expiry is the ``limit``-th in a row without an answer, the first transmission's included.
+
+        The paper allows "up to N retransmissions (currently 10)" and says that this detects failures in nearby
+        sites "within 5 seconds": ten doubling waits from a nearby site's 5 ms, clamped at 2 s, take 4.6 s;
+        waiting out an eleventh would make it 6.6 s.  So N counts the expiries (docs/protocol.md).
+        """
+        return self.retries + 1 >= limit
+
     def back_off(self, now: float) -> None:
         self.retries += 1
         self.interval = min(self.interval * 2, self.maximum)
@@ -468,7 +477,7 @@ class GroupEngine(Reformation):
         """Run whatever is due at ``now``."""
         self._recovery_timer(now)
         if self.pass_timer.expired(now) and self.pass_pending is not None:
-            if self.pass_timer.retries >= self.config.fail_retries:
+            if self.pass_timer.exhausted(self.config.fail_retries):
                 self.pass_timer.stop()
                 self.suspect_failure(now, "token_pass")
             else:
@@ -477,7 +486,7 @@ class GroupEngine(Reformation):
                 self._record_packet("send", self.pass_pending, now)
                 self.pass_timer.back_off(now)
         if self.rto.expired(now):
-            if self.rto.retries >= self.config.fail_retries:
+            if self.rto.exhausted(self.config.fail_retries):
                 self.rto.stop()
                 self.suspect_failure(now, "data")
             else:
@@ -504,7 +513,7 @@ class GroupEngine(Reformation):
             else:
                 self._send_nack(now, tail=True)
         if self.request_timer.expired(now):
-            if self.request_timer.retries >= self.config.fail_retries:
+            if self.request_timer.exhausted(self.config.fail_retries):
                 self.request_timer.stop()
                 self.suspect_failure(now, "request")
             else:

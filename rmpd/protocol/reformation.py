@@ -203,8 +203,11 @@ class Reformation:
                 return
         complete = len(synced) == len(init.candidates)
         all_but_one = len(synced) >= len(init.candidates) - 1 and init.rounds >= 3
+        # Every voter at the sync point, and the rest silent through three Recovery Starts and two quiet rounds:
+        # they are gone too (two crashes waited out all of recovery_patience).
+        voters_settled = len(synced) == len(init.votes) and init.rounds >= 3 and init.stale_rounds >= 2
         stuck = init.stale_rounds >= patience
-        if me_synced and (complete or all_but_one or stuck):
+        if me_synced and (complete or all_but_one or voters_settled or stuck):
             self._propose(synced, now)
             return
         self._multicast(RecoveryStart(self.view.view_id, self.pid, init.version, init.candidates, shared[0],

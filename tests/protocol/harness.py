@@ -82,6 +82,15 @@ class Ring:
                     self._collect(pid)
             self.flush()
 
+    def advance_until(self, condition: Callable[[], bool], limit: float, step: float = 0.001) -> float | None:
+        """Advance in ``step``s until ``condition()`` holds; the time it first held, or None after ``limit`` s."""
+        end = self.now + limit
+        while not condition():
+            if self.now >= end:
+                return None
+            self.advance(step, step=step)
+        return self.now
+
     def delivered(self, i: int) -> list[bytes]:
         return [e.payload for e in self.events[self.pids[i]] if isinstance(e, Delivery)]
 

@@ -288,3 +288,35 @@ def test_resilient_messages_do_not_wait_for_idle_null_acks() -> None:
     assert all(ring[i].quiet for i in range(4))
     nulls = sum(ring[i].stats["null_acks_sent"] for i in range(4))
     assert nulls <= 8  # one quiet round after stability, not a busy loop
+
+
+def test_a_silent_next_site_is_suspected_after_ten_unanswered_expiries() -> None:
+    """Ten doubling waits from a nearby site's 5 ms, clamped at 2 s: suspected 4.555 s after the first pass, ten
+    passes sent in all (the paper: "within 5 seconds" for nearby sites)."""
+    ring = Ring(3)
+    a, b = ring.pids[0], ring.pids[1]
+    ring.drop = lambda src, dst, p: b in (src, dst)  # B has crashed
+    ring.send(0, b"x")
+    ring.flush()  # A orders and passes the token to B
+    first_pass = ring.now
+    suspected_at = ring.advance_until(lambda: ring[0].stats["failures_suspected"] > 0, 10.0)
+    assert suspected_at is not None and 4.5 <= suspected_at - first_pass <= 4.6, suspected_at
+    passes = [p for s, _, p in ring.log if s == a and isinstance(p, Ack) and p.ids]
+    assert len(passes) == 10 * (len(ring.pids) - 2), "the first pass and nine retransmissions, heard by C only"
+
+
+def test_two_crashed_members_are_removed_once_every_voter_is_at_the_sync_point() -> None:
+    """Two of five fall silent: the reformation proposes once the three voters are at the sync point and three
+    Recovery Starts went unanswered, rather than waiting out all of recovery_patience."""
+    ring = Ring(5)
+    gone = set(ring.pids[3:])
+    ring.drop = lambda src, dst, p: src in gone or dst in gone
+    ring.send(0, b"x")
+    ring.flush()
+    suspected = ring.advance_until(lambda: any(ring[i].stats["failures_suspected"] for i in range(3)), 10.0)
+    assert suspected is not None
+    removed = ring.advance_until(lambda: all(ring[i].view.size == 3 for i in range(3)), 5.0)
+    assert removed is not None and removed - suspected < 0.9, (suspected, removed)
+    ring.send(1, b"after")
+    ring.advance(1.0)
+    assert all(ring.delivered(i) == [b"x", b"after"] for i in range(3))

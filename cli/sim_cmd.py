@@ -104,7 +104,7 @@ def sim(
         "reformations": sum(r.reformations for r in results),
         "detection_seconds": max((r.detection_seconds for r in results), default=0.0),
         "detection_p50_seconds": round(statistics.median(detections), 3) if detections else 0.0,
-        "crashes_unremoved": sum(r.crashes_unremoved for r in results),
+        "crashes_untimed": sum(r.crashes_untimed for r in results),
         "datagrams": sum(r.datagrams for r in results),
         "max_sim_seconds": max((r.sim_time for r in results), default=0.0),
         "max_ack_slots": max((r.max_ack_slots for r in results), default=0),

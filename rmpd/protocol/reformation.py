@@ -202,12 +202,13 @@ class Reformation:
                 self._abort_initiation(now, "initiator cannot reach the shared sync point")
                 return
         complete = len(synced) == len(init.candidates)
-        all_but_one = len(synced) >= len(init.candidates) - 1 and init.rounds >= 3
-        # Every voter at the sync point, and the rest silent through three Recovery Starts and two quiet rounds:
-        # they are gone too (two crashes waited out all of recovery_patience).
-        voters_settled = len(synced) == len(init.votes) and init.rounds >= 3 and init.stale_rounds >= 2
+        # Every voter at the sync point and the other candidates silent through three Recovery Starts: they are
+        # gone.  One silent candidate is the common case (a crash); with more, two quiet rounds first.  A voter
+        # still behind is alive and catching up: it is waited for, until recovery_patience runs out.
+        silent = len(init.candidates) - len(init.votes)
+        settled = len(synced) == len(init.votes) and init.rounds >= 3 and (silent <= 1 or init.stale_rounds >= 2)
         stuck = init.stale_rounds >= patience
-        if me_synced and (complete or all_but_one or voters_settled or stuck):
+        if me_synced and (complete or settled or stuck):
             self._propose(synced, now)
             return
         self._multicast(RecoveryStart(self.view.view_id, self.pid, init.version, init.candidates, shared[0],

@@ -125,9 +125,9 @@ class SeedResult:
     detections: list[float] = field(default_factory=list)
     """Seconds from each crash to the first view without the crashed process installed by one of its fellow
     members (the processes whose view held it when it crashed)."""
-    crashes_unremoved: int = 0
-    """Crashes no fellow member ever installed a view without: they all stopped first (the group fell below
-    its minimum partition) or crashed too."""
+    crashes_untimed: int = 0
+    """Crashes no fellow member ever installed a view without: a partition had cut the process off and its side
+    stopped (below the minimum partition) while the majority had already removed it, or the fellows crashed too."""
     stats: dict[str, int] = field(default_factory=dict)
     max_ack_slots: int = 0
     calls: int = 0
@@ -539,7 +539,7 @@ class Simulation:
             reformations=len(self.recoveries),
             detection_seconds=round(max(self.detections, default=0.0), 3),
             detections=[round(d, 3) for d in self.detections],
-            crashes_unremoved=len(self.crashed_at),
+            crashes_untimed=len(self.crashed_at),
             stats=dict(stats),
             max_ack_slots=self.max_ack_slots,
             calls=self.config.calls,

@@ -320,3 +320,23 @@ def test_two_crashed_members_are_removed_once_every_voter_is_at_the_sync_point()
     ring.send(1, b"after")
     ring.advance(1.0)
     assert all(ring.delivered(i) == [b"x", b"after"] for i in range(3))
+
+
+def test_a_member_behind_the_sync_point_catches_up_during_the_reformation() -> None:
+    """C lost a data packet, and its NACKs' answers, until its silence started a reformation.  Then the network
+    heals: what C's catch-up NACKs bring in while it is frozen must count towards its sync point, so all four
+    members make the new view (it is not dropped as the one member that never reached the sync point)."""
+    ring = Ring(4)
+    lagging = ring.pids[2]
+    losing = [True]
+    ring.drop = lambda src, dst, p: losing[0] and dst == lagging and isinstance(p, Data)
+    ring.send(0, b"a")
+    ring.flush()
+    assert ring.advance_until(lambda: any(ring[i].frozen for i in range(4)), 10.0) is not None
+    losing[0] = False
+    first = ring[0].view.view_id
+    settled = ring.advance_until(lambda: all(ring[i].view.view_id != first and not ring[i].frozen
+                                             for i in range(4)), 5.0)
+    assert settled is not None
+    assert all(ring[i].view.size == 4 for i in range(4)), [ring[i].view.members for i in range(4)]
+    assert all(ring.delivered(i) == [b"a"] for i in range(4))

@@ -34,6 +34,7 @@ def test_checker_catches_broken_membership(invariant: str, factory: type[GroupEn
         result = run_seed(config, seed)
         assert result.violations == [], "the correct engine passes this workload"
         assert result.quiescent and result.liveness
-    # A partition must split the ring while majority traffic is in flight for the broken rule to show; a few seeds
-    # give the schedule room to do so.
-    assert invariant in violated(config, factory, range(1, 9))
+    # A partition must split the ring while majority traffic is in flight, and last until the minority has
+    # reformed on its own, for the broken rule to show; some seeds give the schedule room to do so (for
+    # resilient-order, 4 of the first 60 since failures are suspected after 4.6 s).
+    assert invariant in violated(config, factory, range(1, 17))

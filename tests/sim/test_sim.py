@@ -96,7 +96,7 @@ def test_detection_counts_only_views_of_the_crashed_members_fellows() -> None:
     for seed in (8, 14, 41):
         r = run_seed(config, seed)
         assert r.violation_count == 0 and r.liveness, seed
-        assert len(r.detections) + r.crashes_unremoved == 2, (seed, r.detections, r.crashes_unremoved)
+        assert len(r.detections) + r.crashes_untimed == 2, (seed, r.detections, r.crashes_untimed)
         # A removal can come sooner than the failure detector's 6.6 s when a partition had already cut the
         # process off (seed 14: 2.7 s), but not within a second of the crash.
         assert all(1.0 < d < 15.0 for d in r.detections), (seed, r.detections)

@@ -1393,8 +1393,10 @@ class GroupEngine(Reformation):
             self._nack_contig = q.contig
             self.nack_deadline = None
             self.nack_tries = 0
-        # Stall: undelivered messages and no new ACK for a while.
-        waiting = (self.deliver_ts <= q.high or bool(self.accept_target)) and not self.frozen
+        # Stall: undelivered messages, or own packets waiting to be ordered, and no new ACK for a while.  The
+        # latter alone is how the ring's survivors notice a lost token (the token site passed it to a member that
+        # had just crashed, then crashed too): the data timer, from the ordering time under load, took 12 s.
+        waiting = (self.deliver_ts <= q.high or bool(self.accept_target) or bool(self.outstanding)) and not self.frozen
         if waiting and self.stall_deadline is None:
             self.stall_deadline = now + self.config.stall_timeout
         elif not waiting:

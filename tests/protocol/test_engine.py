@@ -340,3 +340,21 @@ def test_a_member_behind_the_sync_point_catches_up_during_the_reformation() -> N
     assert settled is not None
     assert all(ring[i].view.size == 4 for i in range(4)), [ring[i].view.members for i in range(4)]
     assert all(ring.delivered(i) == [b"a"] for i in range(4))
+
+
+def test_a_lost_token_is_noticed_by_a_member_whose_packet_waits_to_be_ordered() -> None:
+    """The token rests at A; A and the next site B crash together, so nobody holds it.  C sends: its packet waits
+    for an ACK that never comes.  Data timers from a loaded ring's ordering time are long (here at least 0.2 s:
+    15 s to suspect); hearing no ACK at all, C takes the stall path and suspects a failure after 7.5 s."""
+    ring = Ring(4, EngineConfig(journal=True, rto_initial=0.2))
+    ring.send(0, b"a")
+    ring.flush()
+    ring.advance(3.0)
+    assert ring[0].have_token, "a quiet ring's token rests at the site that ordered last"
+    dead = {ring.pids[0], ring.pids[1]}
+    ring.drop = lambda src, dst, p: src in dead or dst in dead
+    sent_at = ring.now
+    ring.send(2, b"b")
+    suspected = ring.advance_until(lambda: ring[2].stats["failures_suspected"] > 0, 30.0)
+    assert suspected is not None and suspected - sent_at < 8.0, suspected
+    assert ring[2].stats["suspected_stall"] == 1

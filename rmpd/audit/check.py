@@ -12,15 +12,20 @@ from .schema import EXAMPLE_FIELDS
 
 @dataclass(frozen=True)
 class Check:
-    """One invariant as two lazy DataFrames: the items it covers and the items that break it.
+    """One invariant as lazy DataFrames: the items it covers and the items that break it.
 
     Nothing runs until the report asks for counts, so all checks can share one pass over the cached records.
-    ``violations`` has the columns of ``EXAMPLE_FIELDS``.
+    ``violations`` has the columns of ``EXAMPLE_FIELDS``.  ``tally``, when given, counts both without listing
+    them: rows whose ``c`` and ``x`` columns sum to the number of items checked and the number of violations (the
+    rows of ``checked`` and ``violations``).  A check whose items are a product (every member of a view change
+    times every message of it) tallies per factor instead of building the product; ``violations`` is then
+    listed only when examples are wanted.
     """
 
     name: str
     checked: DataFrame
     violations: DataFrame
+    tally: DataFrame | None = None
 
 
 def example(

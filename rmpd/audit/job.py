@@ -28,10 +28,11 @@ def run_audit(
     if paths:
         journals = read_journals(spark, paths)
         try:
-            records, results = evaluate(journal_checks(journals.records), examples, journals.records)
+            _, results = evaluate(journal_checks(journals.records), examples)
         finally:
             release(journals.records)
-            journals.raw.unpersist()
+            journals.release()
+        records = journals.count
         inputs += paths
     if pcaps:
         from .pcap import wire_checks

@@ -11,20 +11,19 @@ different next views (a partition) or installed no next view (a crash, or the en
 
 from __future__ import annotations
 
-from pyspark.sql import DataFrame, Window
+from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
 from .check import Check, example
-from .columns import is_ordered, member_list, qos_name
-from .ordering import MEMBER
-from .schema import ORDER
-
-_MSG = ("src", "seq", "qos")
+from .columns import is_ordered, member_list
+from .delivered import MEMBER, MESSAGE, deliveries
+from .schema import POS
+from .shared import shared
 
 
 def view_changes(records: DataFrame) -> DataFrame:
     """``node, group, v1, v2``: the member installed view ``v1`` and then, as its next install, ``v2``."""
-    w = Window.partitionBy(*MEMBER).orderBy(*ORDER)
+    w = Window.partitionBy(*MEMBER).orderBy(POS)
     return (
         records.where(F.col("event") == "view")
         .select(*MEMBER, F.col("view").alias("v1"), F.lead("view").over(w).alias("v2"))
@@ -33,25 +32,36 @@ def view_changes(records: DataFrame) -> DataFrame:
     )
 
 
-def _ordered_deliveries(records: DataFrame) -> DataFrame:
-    return (
-        records.where(F.col("event") == "deliver")
-        .withColumn("qos", qos_name(F.col("qos")))
-        .where(is_ordered(F.col("qos")))
-    )
+def _disagreements(name: str, records: DataFrame, in_view: Column, detail: Column) -> Check:
+    """Every ordered message one member of a (v1, v2) change delivered in v1 is expected from every member of it.
 
-
-def _disagreements(changes: DataFrame, delivered: DataFrame) -> tuple[DataFrame, DataFrame]:
-    """Expected (member, change, message) rows and the missing ones.
-
-    ``delivered`` has ``node, group, v1`` and the message columns.  Every message one member of a (v1, v2) change
-    delivered in v1 is expected from every member of that change.
+    ``in_view`` names, for each delivery, the view it counts for.  Expected (member, change, message) triples are
+    counted, not built: each message delivered in a change counts once per member of the change, and is missing at
+    as many as did not deliver it.  Only the messages some member missed are expanded into rows, and only when
+    examples are wanted.
     """
-    d = delivered.select(*MEMBER, "v1", *_MSG).distinct().join(changes, [*MEMBER, "v1"])
-    messages = d.select("group", "v1", "v2", *_MSG).distinct()
-    expected = changes.join(messages, ["group", "v1", "v2"])
-    missing = expected.join(d, [*MEMBER, "v1", "v2", *_MSG], "left_anti")
-    return expected, missing
+    changes = shared(records, "view changes", view_changes)
+    delivered = (
+        deliveries(records).where(is_ordered(F.col("qos")) & in_view.isNotNull())
+        .select(*MEMBER, in_view.alias("v1"), *MESSAGE).distinct()
+    )
+    mine = delivered.join(changes, [*MEMBER, "v1"])
+    # A message with a null field matches no delivery, its own included, so every member misses it.
+    unmatched = F.col("src").isNull() | F.col("seq").isNull() | F.col("qos").isNull()
+    per_message = (
+        mine.groupBy("group", "v1", "v2", *MESSAGE).agg(F.count(F.lit(1)).alias("k"))
+        .withColumn("k", F.when(unmatched, F.lit(0)).otherwise(F.col("k")))
+    )
+    sizes = changes.groupBy("group", "v1", "v2").agg(F.count(F.lit(1)).alias("m"))
+    counted = per_message.join(sizes, ["group", "v1", "v2"])
+    short = counted.where(F.col("k") < F.col("m")).select("group", "v1", "v2", *MESSAGE)
+    missing = changes.join(short, ["group", "v1", "v2"]).join(mine, [*MEMBER, "v1", "v2", *MESSAGE], "left_anti")
+    return Check(
+        name,
+        changes.join(per_message, ["group", "v1", "v2"]),
+        example(missing, F.col("node"), F.col("v1"), None, F.col("src"), F.col("seq"), detail),
+        counted.select(F.col("m").alias("c"), (F.col("m") - F.col("k")).alias("x")),
+    )
 
 
 def virtual_synchrony(records: DataFrame) -> Check:
@@ -59,21 +69,10 @@ def virtual_synchrony(records: DataFrame) -> Check:
 
     "Between" is by position in each member's journal: a delivery belongs to the last view installed before it.
     """
-    w = Window.partitionBy(*MEMBER).orderBy(*ORDER).rowsBetween(Window.unboundedPreceding, Window.currentRow)
-    epochs = (
-        records.where(F.col("event").isin("view", "deliver"))
-        .withColumn("v1", F.last(F.when(F.col("event") == "view", F.col("view")), ignorenulls=True).over(w))
-        .where(F.col("event") == "deliver")
-        .withColumn("qos", qos_name(F.col("qos")))
-        .where(is_ordered(F.col("qos")) & F.col("v1").isNotNull())
-    )
-    expected, missing = _disagreements(view_changes(records), epochs)
-    return Check(
-        "virtual-synchrony",
-        expected,
-        example(missing, F.col("node"), F.col("v1"), None, F.col("src"), F.col("seq"),
-                F.concat(F.lit("not delivered between views "), F.col("v1"), F.lit(" and "), F.col("v2"),
-                         F.lit(" though other members that installed both did"))),
+    return _disagreements(
+        "virtual-synchrony", records, F.col("epoch"),
+        F.concat(F.lit("not delivered between views "), F.col("v1"), F.lit(" and "), F.col("v2"),
+                 F.lit(" though other members that installed both did")),
     )
 
 
@@ -83,14 +82,10 @@ def atomicity(records: DataFrame) -> Check:
     "In v1" is by the view the delivery record names; the partition is the members that installed v1 and then the
     same next view.
     """
-    tagged = _ordered_deliveries(records).withColumnRenamed("view", "v1")
-    expected, missing = _disagreements(view_changes(records), tagged)
-    return Check(
-        "atomicity",
-        expected,
-        example(missing, F.col("node"), F.col("v1"), None, F.col("src"), F.col("seq"),
-                F.concat(F.lit("not delivered in view "), F.col("v1"), F.lit(" though others moving to "),
-                         F.col("v2"), F.lit(" did"))),
+    return _disagreements(
+        "atomicity", records, F.col("view"),
+        F.concat(F.lit("not delivered in view "), F.col("v1"), F.lit(" though others moving to "), F.col("v2"),
+                 F.lit(" did")),
     )
 
 

@@ -1,6 +1,6 @@
 """Ordering invariants: one packet per (view, timestamp), total order without gaps, no duplicates, source order.
 
-Each member's deliveries are taken in the order it wrote them (``schema.ORDER``), which is the order it handed them
+Each member's deliveries are taken in the order it wrote them (``schema.POS``), which is the order it handed them
 to the application.  A message delivered more than once is judged by its first delivery everywhere but in
 ``no-duplicate``, so that one fault is reported by one invariant.
 """
@@ -12,29 +12,23 @@ from pyspark.sql import functions as F
 
 from .check import Check, example
 from .columns import data_id, is_ordered, is_reliable, is_source_ordered, qos_name
-from .schema import ORDER
-from .shared import shared
+from .delivered import MEMBER, deliveries
+from .schema import POS
+from .shared import keep, shared
 
-MEMBER = ("node", "group")
-"""A member is one process in one group: a process may belong to several groups, each with its own views."""
-
-
-def slots(records: DataFrame) -> DataFrame:
-    """Every claim of what occupies a (group, view, ts) slot (cached per audit: see ``_slots``)."""
-    return shared(records, "slots", _slots)
+__all__ = ["MEMBER", "no_duplicate", "one_order", "source_order", "total_order"]
 
 
-def _slots(records: DataFrame) -> DataFrame:
+def claims(records: DataFrame) -> DataFrame:
     """Every claim of what occupies a (group, view, ts) slot: ``node, group, view, ts, what, qos``.
 
     Claims come from deliveries that carry a timestamp, from ACKs sent or received (the ACK itself takes ``ts``, the
     data it orders ``ts+1``, ``ts+2``, ...) and from New Lists of views some process installed (at their ``ts``).
     """
-    r = records.withColumn("qos", qos_name(F.col("qos")))
-    delivered = r.where((F.col("event") == "deliver") & F.col("ts").isNotNull()).select(
+    delivered = records.where((F.col("event") == "deliver") & F.col("ts").isNotNull()).select(
         "node", "group", "view", "ts", data_id(F.col("src"), F.col("seq"), F.col("qos")).alias("what"), "qos"
     )
-    packets = r.where(F.col("event").isin("send", "recv"))
+    packets = records.where(F.col("event").isin("send", "recv"))
     acks = packets.where(F.col("packet") == "ack")
     ack_itself = acks.select(
         "node", "group", "view", "ts", F.concat_ws("|", F.lit("ack"), "src").alias("what"), F.lit(None).alias("qos")
@@ -49,7 +43,7 @@ def _slots(records: DataFrame) -> DataFrame:
     )
     # A reformation's New List is a proposal until committed: an aborted one may be followed by a different New
     # List at the same timestamp.  Only New Lists whose view some process installed are ordering decisions.
-    installed = r.where(F.col("event") == "view").select("group", F.col("view").alias("new_view")).distinct()
+    installed = records.where(F.col("event") == "view").select("group", F.col("view").alias("new_view")).distinct()
     new_lists = packets.where(F.col("packet") == "new_list").join(installed, ["group", "new_view"], "left_semi").select(
         "node", "group", "view", "ts", F.concat_ws("|", F.lit("new_list"), "new_view").alias("what"),
         F.lit(None).alias("qos"),
@@ -57,35 +51,49 @@ def _slots(records: DataFrame) -> DataFrame:
     return delivered.unionByName(ack_itself).unionByName(ordered).unionByName(new_lists).where("ts IS NOT NULL")
 
 
-def first_deliveries(records: DataFrame) -> DataFrame:
-    """One row per message each member delivered: where it first delivered it, and how often (``n``)."""
-    return shared(records, "first_deliveries", _first_deliveries)
+def slots(records: DataFrame) -> DataFrame:
+    """One row per claimed (group, view, ts) slot (cached per audit): ``a`` and ``b`` the least and greatest claim,
+    ``node`` the least claimant, ``ordered`` whether some claim is of a totally ordered message.
+
+    The claims agree exactly when ``a == b``.  One aggregation serves both one-order and total order's gaps.
+    """
+    return shared(records, "slots", _slots)
 
 
-def _first_deliveries(records: DataFrame) -> DataFrame:
-    first = F.min(F.struct(*ORDER, "view", "ts", "holders"))
+def _slots(records: DataFrame) -> DataFrame:
+    # The hash leads the grouping keys, so the sort under the aggregation compares rows on one long.
     return (
-        records.where(F.col("event") == "deliver")
-        .withColumn("qos", qos_name(F.col("qos")))
-        .groupBy(*MEMBER, "src", "seq", "qos")
-        .agg(first.alias("f"), F.count(F.lit(1)).alias("n"))
-        .select(*MEMBER, "src", "seq", "qos", "n", "f.*")
+        claims(records)
+        .groupBy(F.xxhash64("group", "view", "ts").alias("h"), "group", "view", "ts")
+        .agg(F.min("what").alias("a"), F.max("what").alias("b"), F.min("node").alias("node"),
+             F.max(is_ordered(F.col("qos"))).alias("ordered"))
+        .drop("h")
     )
 
 
-def short_ranges(delivered: DataFrame, known: DataFrame, scope: list[str], pos: str) -> DataFrame:
+def short_ranges(
+    records: DataFrame, name: str, delivered: DataFrame, known: DataFrame, scope: list[str], pos: str,
+    all_known: bool = False,
+) -> DataFrame:
     """The (member, view[, source]) ranges ``[lo, hi]`` of ``delivered`` positions that skip a ``known`` position.
 
     ``delivered`` has the member, view and scope columns and ``pos``; ``known`` has the scope columns and ``pos``,
-    distinct.  Whether a range skips anything is decided by counting, with equi-joins only:
-    the known positions up to ``hi`` minus those below ``lo``, against the delivered positions that are known.
+    distinct.  Whether a range skips anything is decided by counting, with equi-joins only: the known positions up
+    to ``hi`` minus those below ``lo``, against the delivered positions that are known.  ``all_known`` says every
+    delivered position is known (where a delivery is itself a claim of its slot), which spares joining them.
     Only the ranges that come up short are then expanded position by position (by the caller) to name what was
-    skipped, so the costly range join runs on a handful of rows instead of every member's every view.
+    skipped, so the costly range join runs on a handful of rows instead of every member's every view.  The range
+    ends and the marks are each read several times, so they are kept (``shared.keep``) under ``name``.
     """
     key = [c for c in delivered.columns if c != pos]
     w = Window.partitionBy(*scope).orderBy(pos).rowsBetween(Window.unboundedPreceding, Window.currentRow)
+    distinct = delivered.distinct()
+    ends = distinct.groupBy(*key).agg(F.min(pos).alias("lo"), F.max(pos).alias("hi"), F.count(F.lit(1)).alias("m"))
+    if not all_known:
+        seen = distinct.join(known, [*scope, pos], "left_semi").groupBy(*key).agg(F.count(F.lit(1)).alias("m"))
+        ends = ends.drop("m").join(seen, key, "left")
+    ends = keep(records, f"{name}: range ends", ends)
     # Known positions plus every range end, each with the count of known positions at or below it.
-    ends = delivered.groupBy(*key).agg(F.min(pos).alias("lo"), F.max(pos).alias("hi"))
     marks = (
         known.select(*scope, pos, F.lit(1).alias("k"))
         .unionByName(ends.select(*scope, F.col("lo").alias(pos), F.lit(0).alias("k")))
@@ -93,28 +101,35 @@ def short_ranges(delivered: DataFrame, known: DataFrame, scope: list[str], pos: 
         .groupBy(*scope, pos).agg(F.max("k").alias("k"))
         .withColumn("upto", F.sum("k").over(w))
     )
+    marks = keep(records, f"{name}: marks", marks)
     lo = marks.select(*scope, F.col(pos).alias("lo"), (F.col("upto") - F.col("k")).alias("below"))
     hi = marks.select(*scope, F.col(pos).alias("hi"), F.col("upto").alias("atmost"))
-    seen = delivered.join(known, [*scope, pos], "left_semi").groupBy(*key).agg(F.count_distinct(pos).alias("m"))
     return (
-        ends.join(lo, [*scope, "lo"]).join(hi, [*scope, "hi"])
-        .join(seen, key, "left")
+        F.broadcast(ends).join(lo, [*scope, "lo"]).join(hi, [*scope, "hi"])
         .where(F.col("atmost") - F.col("below") > F.coalesce(F.col("m"), F.lit(0)))
         .select(*key, "lo", "hi")
     )
 
 
+def skipped(ranges: DataFrame, known: DataFrame, delivered: DataFrame, scope: list[str], pos: str) -> DataFrame:
+    """The ``known`` positions (not necessarily distinct) inside short ``ranges`` that the member did not deliver.
+
+    Both joins run against the few short ranges only: the member's deliveries are first narrowed to the members
+    and views that have one, so the full delivery table is never shuffled for them.
+    """
+    key = [c for c in ranges.columns if c not in ("lo", "hi")]
+    # Joined before deduplicating: the few rows inside a short range are made distinct, not all of ``known``.
+    expected = (
+        F.broadcast(ranges).join(known, scope).where(F.col(pos).between(F.col("lo"), F.col("hi"))).distinct()
+    )
+    mine = delivered.join(F.broadcast(ranges.select(*key).distinct()), key, "left_semi")
+    return expected.join(mine, [*key, pos], "left_anti")
+
+
 def one_order(records: DataFrame) -> Check:
     """``one-order``: every process agrees on what each (view, timestamp) holds."""
-    per_slot = (
-        slots(records)
-        .groupBy("group", "view", "ts")
-        .agg(
-            F.count_distinct("what").alias("n"), F.min("what").alias("a"), F.max("what").alias("b"),
-            F.min("node").alias("node"),
-        )
-    )
-    bad = per_slot.where(F.col("n") > 1)
+    per_slot = slots(records)
+    bad = per_slot.where(F.col("a") != F.col("b"))
     parts = F.split(F.col("a"), r"\|")
     is_data = parts[0] == "data"
     return Check(
@@ -128,6 +143,11 @@ def one_order(records: DataFrame) -> Check:
     )
 
 
+def first_deliveries(records: DataFrame) -> DataFrame:
+    """Each member's first delivery of each message (with ``n``, how often it delivered it)."""
+    return deliveries(records).where(F.col("first"))
+
+
 def total_order(records: DataFrame) -> Check:
     """``total-order``: each member delivers ordered traffic in timestamp order, skipping no ordered slot.
 
@@ -138,16 +158,15 @@ def total_order(records: DataFrame) -> Check:
     firsts = first_deliveries(records).where(is_ordered(F.col("qos")))
     no_ts = firsts.where(F.col("ts").isNull())
     stamped = firsts.where(F.col("ts").isNotNull())
-    w = Window.partitionBy(*MEMBER, "view").orderBy(*ORDER)
+    w = Window.partitionBy(*MEMBER, "view").orderBy(POS)
     backwards = stamped.withColumn("prev", F.lag("ts").over(w)).where(F.col("ts") < F.col("prev"))
-    ordered_slots = (
-        slots(records).where(is_ordered(F.col("qos"))).select("group", "view", "ts", "what").distinct()
-    )
-    ranges = short_ranges(
-        stamped.select(*MEMBER, "view", "ts"), ordered_slots.select("group", "view", "ts"), ["group", "view"], "ts"
-    )
-    expected = ranges.join(ordered_slots, ["group", "view"]).where(F.col("ts").between(F.col("lo"), F.col("hi")))
-    gaps = expected.join(stamped.select(*MEMBER, "view", "ts"), [*MEMBER, "view", "ts"], "left_anti")
+    known = slots(records).where(F.col("ordered")).select("group", "view", "ts")
+    # Every ordered delivery with a timestamp is itself a claim of its slot, so its position is known.
+    delivered = stamped.select(*MEMBER, "view", "ts")
+    ranges = keep(records, "total-order: short ranges",
+                  short_ranges(records, "total-order", delivered, known, ["group", "view"], "ts", all_known=True))
+    ordered_claims = claims(records).where(is_ordered(F.col("qos"))).select("group", "view", "ts", "what")
+    gaps = skipped(ranges, ordered_claims, delivered, ["group", "view"], "ts")
     gap_parts = F.split(F.col("what"), r"\|")
     violations = (
         example(no_ts, F.col("node"), F.col("view"), None, F.col("src"), F.col("seq"),
@@ -184,17 +203,19 @@ def source_order(records: DataFrame) -> Check:
     source journaled sending with QoS >= source, numbered between two that the member delivered, was delivered too.
     """
     firsts = first_deliveries(records).where(is_source_ordered(F.col("qos")))
-    w = Window.partitionBy(*MEMBER, "view", "src").orderBy(*ORDER)
+    w = Window.partitionBy(*MEMBER, "view", "src").orderBy(POS)
     backwards = firsts.withColumn("prev", F.lag("seq").over(w)).where(F.col("seq") < F.col("prev"))
     sent = (
         records.where((F.col("event") == "send") & (F.col("packet") == "data") & (F.col("src") == F.col("node")))
-        .where(is_source_ordered(qos_name(F.col("qos"))))
+        .where(is_source_ordered(F.col("qos")))
         .select("group", "src", "seq")
         .distinct()
     )
-    ranges = short_ranges(firsts.select(*MEMBER, "view", "src", "seq"), sent, ["group", "src"], "seq")
-    expected = ranges.join(sent, ["group", "src"]).where(F.col("seq").between(F.col("lo"), F.col("hi")))
-    gaps = expected.join(firsts.select(*MEMBER, "view", "src", "seq"), [*MEMBER, "view", "src", "seq"], "left_anti")
+    sent = keep(records, "source-order: sent", sent)
+    delivered = firsts.select(*MEMBER, "view", "src", "seq")
+    ranges = keep(records, "source-order: short ranges",
+                  short_ranges(records, "source-order", delivered, sent, ["group", "src"], "seq"))
+    gaps = skipped(ranges, sent, delivered, ["group", "src"], "seq")
     violations = example(
         backwards, F.col("node"), F.col("view"), F.col("ts"), F.col("src"), F.col("seq"),
         F.concat(F.lit("delivered after seq "), F.col("prev").cast("string")),

@@ -1,9 +1,13 @@
-"""Find journal files and read them into one DataFrame, with a file and line for every record.
+"""Find journal files and read them into one narrow, typed, cached DataFrame, with a position for every record.
 
 Journals are read as text and parsed with ``from_json`` against the explicit schema in PERMISSIVE mode, so a bad
-line becomes a row with its raw text in the corrupt-record column instead of failing the job; the driver then asks
-only for the first bad row and reports its file and line.  Reading as text (not with the JSON source) keeps blank
-lines as rows, so line numbers count every line of the file.
+line becomes a row with its raw text in the corrupt-record column instead of failing the job.  Every line is parsed
+once: the columns the checks read (``schema.COLUMNS``, QoS already normalized) are cached together with why the
+line is invalid, if it is, and everything else is dropped before caching.  The job that fills the cache also
+counts the invalid lines per input split; only when there is one are the journals read again to name the first
+bad file and line.  Otherwise the records are cached once more with their position (``position``) and the first
+cache is dropped.  Reading as text (not with the JSON source) keeps blank lines as rows, so line numbers count
+every line of the file.
 """
 
 from __future__ import annotations
@@ -14,12 +18,12 @@ from dataclasses import dataclass
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from .schema import CORRUPT, EVENTS, JOURNAL_SCHEMA, SCHEMA_VERSION
+from .columns import qos_name
+from .position import positioned, splits
+from .schema import COLUMNS, CORRUPT, EVENTS, JOURNAL_SCHEMA, SCHEMA_VERSION
 
 JOURNAL_SUFFIXES = (".jsonl", ".jsonl.gz", ".json", ".json.gz")
 """File names taken from directories; files named explicitly are read whatever their name."""
-
-_ROTATION = r"\.(\d+)\.json[l]?(\.gz)?$"
 
 
 class UnreadableInput(Exception):
@@ -35,10 +39,13 @@ class UnreadableInput(Exception):
 
 @dataclass(frozen=True)
 class Journals:
-    """The parsed journal lines (``raw``, blank lines included, cached) and the valid records of it."""
+    """The valid records (cached: ``release`` them when done) and how many there are."""
 
-    raw: DataFrame
     records: DataFrame
+    count: int
+
+    def release(self) -> None:
+        self.records.unpersist()
 
 
 def list_files(spark: SparkSession, paths: list[str], suffixes: tuple[str, ...] = JOURNAL_SUFFIXES) -> list[str]:
@@ -71,20 +78,21 @@ def list_files(spark: SparkSession, paths: list[str], suffixes: tuple[str, ...] 
 
 
 def parse(spark: SparkSession, files: list[str]) -> DataFrame:
-    """Lines of ``files`` parsed against the schema, with ``file``, ``rot``, ``fid``, ``blk``, ``rid`` and ``blank``."""
+    """Lines of ``files`` parsed against the schema, with ``file``, ``blk``, ``rid`` and ``blank``.
+
+    ``blk`` is the byte offset of the input split the line was read from and ``rid`` Spark's monotonically
+    increasing row ID, which grows along each split: together with the file they give the line's place.
+    """
     text = spark.read.text(files)
-    file = F.col("_metadata.file_path")
     return text.select(
         F.from_json(
             "value", JOURNAL_SCHEMA, {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT}
         ).alias("j"),
-        file.alias("file"),
-        F.coalesce(F.regexp_extract(file, _ROTATION, 1).try_cast("int"), F.lit(0)).alias("rot"),
-        F.xxhash64(file).alias("fid"),
+        F.col("_metadata.file_path").alias("file"),
         F.col("_metadata.file_block_start").alias("blk"),
         F.monotonically_increasing_id().alias("rid"),
         (F.trim("value") == "").alias("blank"),
-    ).select("j.*", "file", "rot", "fid", "blk", "rid", "blank")
+    ).select("j.*", "file", "blk", "rid", "blank")
 
 
 def problem(df: DataFrame) -> Column:
@@ -99,25 +107,42 @@ def problem(df: DataFrame) -> Column:
     )
 
 
+def typed(raw: DataFrame) -> DataFrame:
+    """The non-blank lines as the checks read them: ``COLUMNS`` with QoS normalized, the line's place, ``why``."""
+    return raw.where(~F.col("blank")).select(
+        *[qos_name(F.col(c)).alias(c) if c == "qos" else F.col(c) for c in COLUMNS],
+        "file", "blk", "rid", problem(raw).alias("why"),
+    )
+
+
 def read_journals(spark: SparkSession, paths: list[str]) -> Journals:
     """Read and validate journals; raises :class:`UnreadableInput` naming the first bad file and line."""
     files = list_files(spark, paths)
-    raw = parse(spark, files).persist()
+    raw = parse(spark, files)
+    lines = typed(raw).persist()
+    found = splits(lines)
+    if any(s.bad for s in found):
+        lines.unpersist()
+        raise _first_bad(raw)
+    # Cached again with ``pos`` in place of the split columns, so no scan repeats the lookup.
+    records = positioned(spark, lines, found).drop("why").persist()
+    count = records.count()
+    lines.unpersist()
+    return Journals(records, count)
+
+
+def _first_bad(raw: DataFrame) -> UnreadableInput:
+    """The first invalid line, by file, then place in the file, with its line number (blank lines count)."""
     bad = raw.where(~F.col("blank")).select("file", "blk", "rid", problem(raw).alias("why")).where("why IS NOT NULL")
-    first = bad.orderBy("file", "blk", "rid").limit(1).collect()
-    if first:
-        row = first[0]
-        line = (
-            raw.where(
-                (F.col("file") == row.file)
-                & ((F.col("blk") < row.blk) | ((F.col("blk") == row.blk) & (F.col("rid") < row.rid)))
-            ).count()
-            + 1
-        )
-        raw.unpersist()
-        raise UnreadableInput(_local_name(row.file), line, row.why)
-    records = raw.where(~F.col("blank")).drop(CORRUPT, "blank", "file")
-    return Journals(raw, records)
+    row = bad.orderBy("file", "blk", "rid").limit(1).collect()[0]
+    line = (
+        raw.where(
+            (F.col("file") == row.file)
+            & ((F.col("blk") < row.blk) | ((F.col("blk") == row.blk) & (F.col("rid") < row.rid)))
+        ).count()
+        + 1
+    )
+    return UnreadableInput(_local_name(row.file), line, row.why)
 
 
 def _local_name(uri: str) -> str:

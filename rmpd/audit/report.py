@@ -82,6 +82,10 @@ def evaluate(checks: list[Check], examples: int, counted: DataFrame | None = Non
     if counted is not None:
         tallies.append(counted.select(F.lit(_RECORDS).alias("inv"), F.lit(1).alias("c"), F.lit(0).alias("x")))
     for check in checks:
+        if check.tally is not None:
+            tallies.append(check.tally.select(F.lit(check.name).alias("inv"), F.col("c").cast("long").alias("c"),
+                                              F.col("x").cast("long").alias("x")))
+            continue
         tallies.append(check.checked.select(F.lit(check.name).alias("inv"), F.lit(1).alias("c"), F.lit(0).alias("x")))
         tallies.append(check.violations.select(F.lit(check.name).alias("inv"), F.lit(0).alias("c"),
                                                F.lit(1).alias("x")))

@@ -16,12 +16,16 @@ Two sound tests, both necessary for a correct delivery:
 
 from __future__ import annotations
 
+from functools import reduce
+
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
 from .check import Check, example
-from .columns import is_resilient, qos_name, required_holders
-from .schema import ORDER
+from .columns import is_resilient, required_holders
+from .delivered import MEMBER, deliveries
+from .schema import POS
+from .shared import keep
 
 
 def holdings(records: DataFrame) -> DataFrame:
@@ -64,31 +68,45 @@ LATER_VIEWS = 8
 delivered once the token has gone round its holders; lock and membership New Lists can install a view at each of
 those token passes, so evidence can sit in the next few views."""
 
+CONTEXT = (*MEMBER, "vidx", "view", "order_view")
+"""What decides which views count as evidence for a delivery: its writer, how many views the writer had installed
+before it, its view and the view the writer was ordering in.  Deliveries share a handful of contexts."""
 
-def _evidence_views(records: DataFrame, d: DataFrame) -> DataFrame:
-    """``ORDER, group, node, ts, view``: the views whose holdings count for each delivery of ``d``.
 
-    They are the delivery view, the view the writer was ordering in, and the next ``LATER_VIEWS`` views the writer
-    installed.  Only views on the writer's own line count: timestamps run on across its New Lists and reformations,
-    so a process holding a later slot there holds this one, which is not true of another partition's views.
+def _installs(records: DataFrame) -> DataFrame:
+    """``node, group, vidx, view``: the member's ``vidx``-th install (counting from 1) was ``view``."""
+    w = Window.partitionBy(*MEMBER).orderBy(POS)
+    return records.where(F.col("event") == "view").select(*MEMBER, F.row_number().over(w).alias("vidx"), "view")
+
+
+def _evidence(records: DataFrame, d: DataFrame, h: DataFrame) -> DataFrame:
+    """``CONTEXT, uptos``: for each context of ``d``, how far each other process is shown to hold (one entry each).
+
+    The views that count are the delivery view, the view the writer was ordering in, and the next ``LATER_VIEWS``
+    views the writer installed.  Only views on the writer's own line count: timestamps run on across its New Lists
+    and reformations, so a process holding a later slot there holds this one, which is not true of another
+    partition's views.  A process counts for a delivery at ``ts`` when the furthest it is shown to hold, over those
+    views, is at or past ``ts``; working that out per context instead of per delivery keeps it small.
     """
-    per_node = Window.partitionBy("node", "group").orderBy(*ORDER).rowsBetween(Window.unboundedPreceding,
-                                                                               Window.currentRow)
-    numbered = records.where(F.col("event").isin("view", "deliver")).withColumn(
-        "vidx", F.sum(F.when(F.col("event") == "view", 1).otherwise(0)).over(per_node)
-    )
-    installs = numbered.where(F.col("event") == "view").select("node", "group", "vidx", "view")
-    at = numbered.where(F.col("event") == "deliver").select("node", "group", "vidx", *ORDER).join(
-        d.select("node", "group", "ts", "view", "order_view", *ORDER), list(ORDER)
-    ).drop(numbered["node"]).drop(numbered["group"])
-    keys = ("node", "group", "ts", *ORDER)
+    ctx = d.select(*CONTEXT).distinct()
+    own = ctx.select(*CONTEXT, F.explode(F.array_distinct(F.array("view", "order_view"))).alias("ev"))
     later = (
-        at.select(*keys, F.explode(F.sequence(F.col("vidx") + 1, F.col("vidx") + LATER_VIEWS)).alias("vidx"))
-        .join(installs, ["node", "group", "vidx"])
-        .select(*keys, "view")
+        ctx.select(*CONTEXT, F.explode(F.sequence(F.col("vidx") + 1, F.col("vidx") + LATER_VIEWS)).alias("i"))
+        .join(_installs(records).withColumnRenamed("vidx", "i").withColumnRenamed("view", "ev"), [*MEMBER, "i"])
+        .select(*CONTEXT, "ev")
     )
-    own = at.select(*keys, F.explode(F.array_distinct(F.array("view", "order_view"))).alias("view"))
-    return own.unionByName(later)
+    return (
+        own.unionByName(later)
+        .join(h.withColumnRenamed("view", "ev"), ["group", "ev"])
+        .where(F.col("p") != F.col("node"))
+        .groupBy(*CONTEXT, "p").agg(F.max("upto").alias("upto"))
+        .groupBy(*CONTEXT).agg(F.collect_list("upto").alias("uptos"))
+    )
+
+
+def _same_context(prefix: str) -> Column:
+    """Rows that agree on every ``CONTEXT`` column and its ``prefix``-ed copy, nulls included."""
+    return reduce(lambda a, b: a & b, [F.col(c).eqNullSafe(F.col(prefix + c)) for c in CONTEXT])
 
 
 def k_resilience(records: DataFrame) -> Check:
@@ -99,26 +117,21 @@ def k_resilience(records: DataFrame) -> Check:
         .agg(F.max(F.size("members")).alias("gsize"))
     )
     d = (
-        records.where(F.col("event") == "deliver")
-        .withColumn("qos", qos_name(F.col("qos")))
+        deliveries(records)
         .where(is_resilient(F.col("qos")))
-        .join(sizes, ["group", "view"], "left")
+        .join(F.broadcast(sizes), ["group", "view"], "left")
         .withColumn("order_view", F.coalesce(F.col("order_view"), F.col("view")))
         .withColumn("need", _need(F.col("qos"), F.col("gsize"), F.col("need"), F.col("view") != F.col("order_view")))
-        .select("node", "group", "view", "order_view", "ts", "src", "seq", "qos", "holders", "need", *ORDER)
+        .select(*MEMBER, "view", "order_view", "vidx", "ts", "src", "seq", "qos", "holders", "need")
     )
-    h = holdings(records)
+    h = keep(records, "k-resilience: holdings", holdings(records))
     views_seen = h.select("group", "view").distinct().withColumn("has_evidence", F.lit(True))
-    shown = (
-        _evidence_views(records, d).join(h, ["group", "view"])
-        .where((F.col("upto") >= F.col("ts")) & (F.col("p") != F.col("node")))
-        .groupBy(*ORDER)
-        .agg((F.count_distinct("p") + 1).alias("shown"))
-    )
+    ev = _evidence(records, d, h).select(*[F.col(c).alias("ev_" + c) for c in CONTEXT], "uptos")
+    held = F.filter(F.coalesce(F.col("uptos"), F.array().cast("array<long>")), lambda u: u >= F.col("ts"))
     evidence = (
-        d.join(shown, list(ORDER), "left")
-        .withColumn("shown", F.coalesce(F.col("shown"), F.lit(1)))
-        .join(views_seen, ["group", "view"], "left")
+        d.join(F.broadcast(ev), _same_context("ev_"), "left")
+        .select(*d.columns, (F.size(held) + 1).alias("shown"))
+        .join(F.broadcast(views_seen), ["group", "view"], "left")
     )
     low_claim = F.col("need").isNotNull() & (F.col("holders").isNull() | (F.col("holders") < F.col("need")))
     low_shown = (

@@ -54,14 +54,14 @@ JOURNAL_SCHEMA = T.StructType(
     ]
 )
 
-ORDER = ("rot", "fid", "blk", "rid")
-"""Columns that, in this order, sort one process's records into the order it wrote them.
+COLUMNS = (
+    "node", "group", "event", "view", "ts", "src", "seq", "qos", "packet", "orders", "new_view", "members",
+    "holders", "need", "order_view", "role", "conn", "msg_ts", "accepted",
+)
+"""The fields the checks read; the others are validated when a line is parsed, then dropped before caching."""
 
-``rot`` is the rotation number from the file name, ``fid`` a 64-bit hash of the file's URI (files of one process
-with the same rotation number are told apart, in an arbitrary but fixed order), ``blk`` the byte offset of the
-split the line was read from and ``rid`` Spark's monotonically increasing row ID, which grows along each split.
-All four are numbers, which keeps the many sorts and windows over them cheap.
-"""
+POS = "pos"
+"""Column numbering every record in the order its writer wrote it (``position``): one long, cheap to sort on."""
 
 INVARIANTS = (
     "one-order",

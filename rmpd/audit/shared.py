@@ -26,6 +26,15 @@ def shared(records: DataFrame, name: str, build: Callable[[DataFrame], DataFrame
     return table
 
 
+def keep(records: DataFrame, name: str, table: DataFrame) -> DataFrame:
+    """``table``, an intermediate result a check reads more than once, persisted until ``release(records)``.
+
+    Spark plans each use of a DataFrame separately and, across the branches of one query, does not always reuse
+    the shuffle that computed it; a persisted table is computed once.
+    """
+    return shared(records, name, lambda _: table)
+
+
 def release(records: DataFrame) -> None:
     """Unpersist every table built from ``records``."""
     _, tables = _tables.pop(id(records), (None, {}))

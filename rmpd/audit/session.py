@@ -31,8 +31,9 @@ def get_session(master: str | None = None, app_name: str = "rmp-audit") -> Spark
             # shuffle and, once cached, per scan.  A few per core keeps both cores busy without the overhead.
             builder = builder.config("spark.sql.shuffle.partitions", str(4 * cores))
             # In local mode the executors live in the driver's JVM, whose default heap (1 GB) is too small for
-            # tens of millions of records; RMP_AUDIT_MEMORY overrides.  Takes effect when this starts the JVM.
-            builder = builder.config("spark.driver.memory", os.environ.get("RMP_AUDIT_MEMORY", "4g"))
+            # tens of millions of records: the cached records and deliveries of 10 million records, partitioned by
+            # member, ran out of a 4 GB heap.  RMP_AUDIT_MEMORY overrides.  Takes effect when this starts the JVM.
+            builder = builder.config("spark.driver.memory", os.environ.get("RMP_AUDIT_MEMORY", "8g"))
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
     return spark

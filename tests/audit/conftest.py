@@ -26,6 +26,10 @@ def spark() -> Iterator[SparkSession]:
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
+        # Dozens of audits share this JVM; each keeps its query plans for the status store, and an audit's plans
+        # (every check in one query, with its cached tables) are large, so keep fewer of them and a larger heap.
+        .config("spark.sql.ui.retainedExecutions", "20")
+        .config("spark.driver.memory", "2g")
         # Test traces are tiny: planning once without adaptive re-planning is faster per query.
         .config("spark.sql.adaptive.enabled", "false")
         .config("spark.sql.codegen.wholeStage", "false")

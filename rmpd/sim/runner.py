@@ -313,8 +313,7 @@ class Simulation:
             self.timer_version[i] += 1
             pid = self.pids[i]
             fellows = {p.pid for p in self.procs if p is not None and pid in (p.view(GROUP) or ())}
-            for watchers in (w for _, w in self.crashed_at.values()):
-                watchers.discard(pid)
+            self._no_longer_fellow(pid)
             self.crashed_at[pid] = (now, fellows)
         elif (kind == "restart" and self.procs[i] is None) or (kind == "join" and self.procs[i] is None):
             self._spawn(i).join(GROUP, now, min_partition=self.min_partition)
@@ -478,8 +477,7 @@ class Simulation:
         for event in events:
             if isinstance(event, Left):
                 self.checker.forget_views(node)  # whatever this process joins next is a new membership
-                for _, watchers in self.crashed_at.values():
-                    watchers.discard(node)
+                self._no_longer_fellow(node)
                 self.departures.append((self.queue.now, node, event.reason))
             if isinstance(event, Left) and event.reason != "left":
                 # A minority partition stopped: come back as a new member once the partition heals.
@@ -504,6 +502,11 @@ class Simulation:
                     self.network.multicast(i, tx.data)
             else:
                 self.network.unicast(i, self.index[tx.dest], tx.data)
+
+    def _no_longer_fellow(self, node: str) -> None:
+        """``node`` crashed or left: no view it installs from now on can time an earlier crash."""
+        for _, fellows in self.crashed_at.values():
+            fellows.discard(node)
 
     def _on_view(self, node: str, rec: dict[str, Any]) -> None:
         self.views.add(rec["view"])

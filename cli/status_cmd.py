@@ -46,9 +46,12 @@ def status(ctx: typer.Context, json_out: Annotated[bool, JsonOption] = False) ->
 
 
 def _scmp(scmp: dict | None) -> str:
-    """The group's call filter in a few words: the lifetime estimate and what it accepted and refused."""
+    """The group's SCMP filters in a few words: the calls' lifetime estimate, what it accepted and refused, and the
+    join requests refused here."""
     if not scmp:
         return ""
+    joins = scmp.get("joins_refused", 0) + scmp.get("joins_too_early", 0)
     return (f"lifetime {scmp['lifetime_ms']} ms ({scmp['estimator']})\n"
             f"accepted {scmp['new']}, duplicate {scmp['duplicate']}\n"
-            f"summary-rejected {scmp['summary-rejected']}, too early {scmp['too-early']}")
+            f"summary-rejected {scmp['summary-rejected']}, too early {scmp['too-early']}\n"
+            f"joins refused {joins}")

@@ -180,9 +180,9 @@ class Hub:
                 "clients": len(self.sessions), "auth": self.shell.guard.describe(), "counters": counters}
 
     def _scmp(self, group: str) -> dict[str, Any]:
-        """The group's SCMP filter: lifetime estimate, accepted and rejected counts, upper and latest."""
+        """The group's SCMP filters: lifetime estimate, accepted and rejected counts, upper, latest, join floor."""
         engine = self.shell.process.engines.get(group)
-        return engine.calls.filter.describe() if engine is not None else {}
+        return engine.scmp_status() if engine is not None else {}
 
     def _buffers(self, group: str) -> dict[str, int]:
         """What the group holds in memory here: OrderingQ slots, data packets, own packets in flight and queued,

@@ -135,10 +135,14 @@ class GroupEngine(Reformation):
         first_seq: int = 1,
         first_unreliable_seq: int = 1,
         scmp: ScmpSettings | None = None,
+        join_floor: int = 0,
     ) -> None:
         """Start in ``view``: either as a founding member of a view created out of band (the first member holds
         the token), or, with ``joined_by``, as a joiner admitted by that New List (which names it the next token
-        site and carries the per-source sequence numbers it starts from)."""
+        site and carries the per-source sequence numbers it starts from).
+
+        ``join_floor``: this member's own bound for join requests from processes the group has no entry for
+        (see ``_join_verdict``); the group's, carried in every New List, is taken too when it is higher."""
         if pid not in view:
             raise ValueError(f"{pid} is not a member of view {view.view_id}")
         start_ts = joined_by.ts if joined_by is not None else 0
@@ -158,9 +162,11 @@ class GroupEngine(Reformation):
         self.rng = rng
         self.stats: Counter[str] = Counter()
         self.calls = GroupCalls(scmp or ScmpSettings())
+        """Non-members' calls: the SCMP filter and the RPC server states (multirpc.py)."""
         self.wall_offset = 0.0
         """Seconds to add to ``now`` for this process's wall clock (the process sets it; SCMP stamps use it)."""
-        """Non-members' calls: the SCMP filter and the RPC server states (multirpc.py)."""
+        self.join_floor = max(join_floor, joined_by.join_floor if joined_by is not None else 0)
+        """SCMP ``upper`` for join requests: ``requests_done`` is their connection table (docs/protocol.md)."""
 
         self._datagrams: list[Transmit] = []
         self._events: list[Event] = []
@@ -682,6 +688,10 @@ class GroupEngine(Reformation):
                     request.op != "join" and request.src not in self.view):
                 del self.pending_requests[key]
                 continue
+            self._collect_requests_done(now)
+            if request.op == "join" and request.src not in self.view and not self._join_admissible(request, now):
+                del self.pending_requests[key]
+                continue
             change = self._apply_change(request)
             view_id = self.view.view_id
             if change.changed:
@@ -709,7 +719,7 @@ class GroupEngine(Reformation):
                 self.view.view_id, self.pid, self.q.high + 1, next_site, self.group, view_id,
                 tuple((m, m not in change.unicast_only) for m in members),
                 tuple(seqs.items()), tuple(done.items()), change.locks, change.min_partition,
-                request.src, request.request_id, change.granted, None,
+                request.src, request.request_id, change.granted, None, self.join_floor,
             )
             self.have_token = False
             self.null_deadline = None
@@ -724,6 +734,47 @@ class GroupEngine(Reformation):
             self._on_new_list(nl, now)
             return True
         return False
+
+    def _join_admissible(self, request: ListChangeRequest, now: float) -> bool:
+        """SCMP for a join request at the token site; a refused joiner is told, and asks again under a new ID.
+
+        A join request is a first-contact packet: its request ID is its sender's clock in ms times 1000 (plus a
+        counter), and ``requests_done`` is the connection table, carried in every New List.  A requester the table
+        knows is judged by it (``_make_new_list``).  One it does not know is refused when stamped at or below the
+        group's join floor (a replay of a join some earlier incarnation of the group accepted, or a late one) or
+        more than ``ahead_ms`` after this site's clock or, with stable storage, after its ``latest`` (so every
+        accepted stamp is bounded by some member's clock, which is what the floor relies on).
+        """
+        stamp = request.request_id // 1000
+        settings = self.calls.settings
+        bound = self.wall_ms(now) + settings.ahead_ms
+        if self.calls.filter.latest is not None:
+            bound = min(bound, self.calls.filter.latest)
+        if stamp > bound:
+            self.stats["joins_refused_too_early"] += 1
+        elif stamp <= self.join_floor:
+            self.stats["joins_refused_summary"] += 1
+        else:
+            return True
+        self._unicast(request.src, NonMemberAck(self.view.view_id, self.pid, 0, request.request_id,
+                                                CallStatus.JOIN_REFUSED, None), now)
+        return False
+
+    def _collect_requests_done(self, now: float) -> None:
+        """SCMP garbage collection of the join table: a process outside the view whose last request is older than
+        the lifetime estimate leaves ``requests_done``, and the join floor rises to that request's stamp, so its
+        old requests stay refused while the table (carried in every New List) stays the size of the group."""
+        horizon = self.wall_ms(now) - self.calls.filter.estimator.estimate
+        for src, request_id in list(self.requests_done.items()):
+            if request_id // 1000 <= horizon and src not in self.view:
+                del self.requests_done[src]
+                self.join_floor = max(self.join_floor, request_id // 1000)
+
+    def scmp_status(self) -> dict[str, Any]:
+        """What ``rmp status`` shows of SCMP: the call filter, and the join floor with the joins it refused here."""
+        return {**self.calls.filter.describe(), "join_floor": self.join_floor,
+                "joins_refused": self.stats["joins_refused_summary"],
+                "joins_too_early": self.stats["joins_refused_too_early"]}
 
     def _apply_change(self, request: ListChangeRequest) -> Change:
         """The membership rules (membership.py) applied to the current view at this token site."""
@@ -743,6 +794,7 @@ class GroupEngine(Reformation):
             self.stats["duplicates"] += 1
             self._reconfirm(nl, now)
             return
+        self.join_floor = max(self.join_floor, nl.join_floor)
         if nl.request_src is not None and nl.request_id is not None:
             if nl.request_id > self.requests_done.get(nl.request_src, 0):
                 self.requests_done[nl.request_src] = nl.request_id

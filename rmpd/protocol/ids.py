@@ -73,3 +73,28 @@ class ViewCounter:
         view = ViewId(self.pid, self._next)
         self._next += 1
         return view
+
+
+class RequestIds:
+    """List Change Request IDs for one process: strictly increasing across its groups, and stamps.
+
+    An ID is a clock reading in ms times 1000 plus a counter, so ``id // 1000`` is when it was issued (give or take
+    the counter's carry, which needs over a thousand requests in one ms) and a restarted process never reuses an
+    ID.  Join requests take a fresh reading (:meth:`stamped`): they are first-contact packets, filtered by SCMP
+    at the token site (docs/protocol.md, "Join requests and SCMP").  Lock and unlock requests only need to grow.
+    """
+
+    def __init__(self, wall_ms: int) -> None:
+        self.last = wall_ms * 1000
+
+    def __iter__(self) -> RequestIds:
+        return self
+
+    def __next__(self) -> int:
+        self.last += 1
+        return self.last
+
+    def stamped(self, wall_ms: int) -> int:
+        """A new ID stamped with ``wall_ms`` (or just above the last one, if the clock has not moved past it)."""
+        self.last = max(self.last + 1, wall_ms * 1000)
+        return self.last

@@ -383,7 +383,9 @@ class NewList(Packet):
     it installs; ``seqs`` the highest ordered sequence number per source (members and non-members) and ``done``
     the highest List Change Request ID served per requester, which a joiner needs; ``locks`` the lock table
     (lock number, holder).  ``request`` names the List Change Request it
-    answers (src, request id) and ``granted`` whether the change was made.
+    answers (src, request id) and ``granted`` whether the change was made.  ``join_floor`` is the group's SCMP
+    ``upper`` for join requests: a join from a process the ``done`` table does not know is refused when stamped at
+    or below it (docs/protocol.md, "Join requests and SCMP").
     """
 
     view: ViewId
@@ -401,10 +403,11 @@ class NewList(Packet):
     request_id: int | None
     granted: bool
     address: str | None
+    join_floor: int = 0
     TYPE: ClassVar[PacketType] = PacketType.NEW_LIST
     KINDS: ClassVar[tuple[str, ...]] = (
         "view", "pid", "uint", "pid", "str", "view", "members", "seqs", "seqs", "locks", "uint",
-        "opt_pid", "opt_uint", "bool", "opt_str",
+        "opt_pid", "opt_uint", "bool", "opt_str", "uint",
     )
 
     @property
@@ -524,6 +527,10 @@ class CallStatus(IntEnum):
     """No member holds the handler lock the call names."""
     REPLY_ACK = 5
     """From the caller to the member that replied: the reply arrived, it need not be kept."""
+    JOIN_REFUSED = 6
+    """To a joiner, about its List Change Request ``stamp`` (the request ID; ``conn`` is 0): the SCMP filter for
+    join requests refused it (stamped at or below the group's join floor, or too far ahead of the token site's
+    clock).  The group exists: ask again under a new request ID, and do not give up and form a group meanwhile."""
 
 
 @dataclass(frozen=True, slots=True)

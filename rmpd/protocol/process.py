@@ -7,21 +7,21 @@ records, the next deadline.
 
 Joining (paper 4.3): the process multicasts a List Change Request to the group's address and resends it until a New
 List admits it.  After ``join_retries`` unanswered requests it forms a group of its own, unless the join asked for an
-existing group only, in which case the join fails.
+existing group only, in which case the join fails.  A request the group's SCMP filter refuses is answered: the
+process asks again under a new request ID and counts its tries from zero, since the group exists.
 """
 
 from __future__ import annotations
 
-import itertools
 from collections import Counter
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from .calls import Caller
 from .config import EngineConfig
 from .engine import Backoff, GroupEngine, Rng
 from .events import Event, JoinFailed, Left, SendRefused, Transmit
-from .ids import ProcessId, ViewCounter
+from .ids import ProcessId, RequestIds, ViewCounter
 from .multirpc import ScmpSettings, start_upper
 from .packets import (
     CallStatus,
@@ -44,6 +44,8 @@ class JoinAttempt:
     timer: Backoff
     existing_only: bool
     tries: int = 0
+    ids: set[int] = field(default_factory=set)
+    """Every request ID this attempt used: a New List answering any of them admits the process."""
 
 
 class NotMember(Exception):
@@ -78,8 +80,7 @@ class RmpProcess:
         self.rng = rng
         self.multicast_capable = multicast_capable
         self.view_counter = ViewCounter(pid, wall_ms, now)
-        self._request_ids = itertools.count(wall_ms * 1000 + 1)
-        """Request IDs start from the wall clock, so a restarted process never reuses one of its old IDs."""
+        self._request_ids = RequestIds(wall_ms)
         self.engines: dict[str, GroupEngine] = {}
         self._last_seqs: dict[str, tuple[int, int]] = {}
         self._seq_base = seq_base
@@ -100,9 +101,11 @@ class RmpProcess:
         if group in self.engines or group in self.joining:
             return
         last_seq = self._last_seqs.get(group, (self._seq_base, self._seq_base))[0]
-        request = ListChangeRequest(group, None, self.pid, self._next_request_id(), "join", last_seq,
+        request_id = self._request_ids.stamped(self.wall_ms(now))
+        request = ListChangeRequest(group, None, self.pid, request_id, "join", last_seq,
                                     self.multicast_capable, min_partition, ttl)
-        attempt = JoinAttempt(request, Backoff(self.config.request_interval, self.config.rto_max), existing_only)
+        attempt = JoinAttempt(request, Backoff(self.config.request_interval, self.config.rto_max), existing_only,
+                              ids={request_id})
         self.joining[group] = attempt
         self._send_join(attempt, now)
 
@@ -206,7 +209,9 @@ class RmpProcess:
 
     def receive_packet(self, packet: Packet, now: float) -> None:
         if isinstance(packet, NonMemberAck):
-            if packet.status is CallStatus.REPLY_ACK:
+            if packet.status is CallStatus.JOIN_REFUSED:
+                self._join_refused(packet, now)
+            elif packet.status is CallStatus.REPLY_ACK:
                 for engine in self.engines.values():
                     if engine.accepts_view(packet.view):
                         engine.reply_acked(packet)
@@ -287,9 +292,6 @@ class RmpProcess:
             raise NotMember(f"not a member of group {group!r}")
         return engine
 
-    def _next_request_id(self) -> int:
-        return next(self._request_ids)
-
     def _send_join(self, attempt: JoinAttempt, now: float) -> None:
         if attempt.tries == 0:
             attempt.timer.start(now)
@@ -299,9 +301,20 @@ class RmpProcess:
         self.stats["join_requests"] += 1
         self._datagrams.append(Transmit(None, encode(attempt.request), attempt.request.group))
 
+    def _join_refused(self, ack: NonMemberAck, now: float) -> None:
+        """The group refused our current join request (SCMP): ask again, stamped afresh, at the next retry."""
+        for attempt in self.joining.values():
+            if attempt.request.request_id == ack.stamp:
+                self.stats["joins_refused"] += 1
+                request_id = self._request_ids.stamped(self.wall_ms(now))
+                attempt.request = replace(attempt.request, request_id=request_id)
+                attempt.ids.add(request_id)
+                attempt.tries = 0
+                return
+
     def _admitted(self, nl: NewList, now: float) -> None:
         attempt = self.joining[nl.group]
-        if nl.request_id != attempt.request.request_id or not nl.granted:
+        if nl.request_id not in attempt.ids or not nl.granted:
             return
         if self.pid not in (m for m, _ in nl.members):
             return
@@ -312,11 +325,16 @@ class RmpProcess:
 
     def _install(self, group: str, view: View, now: float, joined_by: NewList | None = None) -> GroupEngine:
         last_seq, last_unreliable = self._last_seqs.get(group, (self._seq_base, self._seq_base))
-        scmp = replace(self.scmp, upper=start_upper(self.scmp, self.wall_ms(now)), latest=self.latest)
+        # A founder that recovered ``latest`` from stable storage (it ran before) bounds the joins an earlier
+        # incarnation of the group may have accepted, as its call filter bounds calls; a joiner takes the group's
+        # floor from its New List, and the group's table (``done``) covers the joins made since.
+        floor = start_upper(self.scmp, self.wall_ms(now))
+        scmp = replace(self.scmp, upper=floor, latest=self.latest)
         engine = self.engine_factory(
             pid=self.pid, group=group, view=view, config=self.config, rng=self.rng, now=now,
             view_counter=self.view_counter, request_ids=self._request_ids, joined_by=joined_by,
             first_seq=last_seq + 1, first_unreliable_seq=last_unreliable + 1, scmp=scmp,
+            join_floor=floor if joined_by is None and self.scmp.upper > 0 else 0,
         )
         engine.wall_offset = self.wall_offset
         self.engines[group] = engine

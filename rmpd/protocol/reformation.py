@@ -237,7 +237,7 @@ class Reformation:
         init.new_list = NewList(
             old.view_id, self.pid, sync_ts + 1, self.pid, self.group, view_id,
             tuple((m, m not in old.unicast_only) for m in members), (), tuple(self.requests_done.items()),
-            locks, old.min_partition, None, init.version, True, None,
+            locks, old.min_partition, None, init.version, True, None, self.join_floor,
         )
         init.acks = {self.pid}
         self._record("recovery", now, version=init.version, role="propose", members=list(members))

@@ -1,5 +1,6 @@
 """Multi-RPC on real daemons: `rmp call` from a non-member, `rmp serve` answering, SCMP at-most-once across
-duplicates on the wire and across kill -9 of every member (issue: SCMP at-most-once, multi-RPC)."""
+duplicates on the wire and across kill -9 of every member, for calls and for join requests (issue: SCMP
+at-most-once, multi-RPC)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import time
 from pathlib import Path
 
 from rmpd.protocol.naming import group_address
-from rmpd.protocol.packets import CallStatus, NonMemberAck, NonMemberData, decode, encode
+from rmpd.protocol.packets import CallStatus, ListChangeRequest, NonMemberAck, NonMemberData, decode, encode
 from rmpd.protocol.qos import QoS
 
 from .harness import RMP, wait_for
@@ -53,6 +54,10 @@ class RawCaller:
     def datagram(self, payload: bytes) -> bytes:
         return encode(NonMemberData(GROUP, None, self.pid, 0, int(time.time() * 1000), QoS.TOTAL,
                                     NonMemberData.FLAG_ACK, 0, payload))
+
+    def join_datagram(self) -> bytes:
+        """A List Change Request asking to join, stamped now (request ID = clock in ms times 1000)."""
+        return encode(ListChangeRequest(GROUP, None, self.pid, int(time.time() * 1000) * 1000, "join", 0, True, 1, 1))
 
     def send(self, data: bytes, copies: int) -> None:
         for _ in range(copies):
@@ -101,6 +106,9 @@ def test_call_runs_once_with_duplicates_on_the_wire_and_after_kill_9_of_every_me
     scmp = next(g["scmp"] for g in members[0].status()["groups"] if g["group"] == GROUP)
     assert scmp["new"] == 2 and scmp["duplicate"] >= 1, scmp
 
+    # A join request from before the crash, kept to be replayed after it.
+    old_join = caller.join_datagram()
+
     # kill -9 every member, start them again on the same ports (same process IDs, same state directories).
     latest_files = sorted(p for d in members for p in d.state_dir.glob("scmp-latest-*"))
     assert len(latest_files) == 3
@@ -123,6 +131,16 @@ def test_call_runs_once_with_duplicates_on_the_wire_and_after_kill_9_of_every_me
     answers = caller.answers(2.0)
     assert answers and {a.status for a in answers} == {CallStatus.UNKNOWN}
     assert runs_of(runs) == 2
+
+    # The join request from before the crash, replayed: refused (the group's join floor comes from the restarted
+    # founder's persisted latest), and the group stays as it is.
+    caller.send(old_join, 5)
+    answers = caller.answers(2.0)
+    refusal = (CallStatus.JOIN_REFUSED, decode(old_join).request_id)
+    assert answers and {(a.status, a.stamp) for a in answers} == {refusal}
+    assert all(caller.pid not in d.members(GROUP) for d in members)
+    groups = [g for d in members for g in d.status()["groups"] if g["group"] == GROUP]
+    assert sum(g["scmp"]["joins_refused"] for g in groups) >= 1
 
     # A fresh call is accepted once the restarted members' floors have passed.
     wait_for(lambda: ready_for_calls(members), 10, "the restarted members' SCMP floors to pass")

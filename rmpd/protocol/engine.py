@@ -225,6 +225,9 @@ class GroupEngine(Reformation):
         # NACKs and stall detection.
         self.nack_deadline: float | None = None
         self.nack_tries = 0
+        self._multicast_resends: dict[tuple[int, ProcessId | None, int], float] = {}
+        """When each packet was last multicast again for a NACK, keyed by (timestamp, None, 0) for what the
+        OrderingQ holds and (-1, src, seq) for unordered data: see ``_on_nack``."""
         self._nack_contig = start_ts
         self.stall_deadline: float | None = None
         self.stall_tries = 0
@@ -1155,23 +1158,34 @@ class GroupEngine(Reformation):
         if nack.tail:
             start = max(nack.upto + 1, self.q.base)
             resend.extend(range(start, min(self.q.high, start + self.config.nack_response_limit - 1) + 1))
-        packets: list[Packet] = []
+        privately = nack.tail or nack.target is None
+        found: list[tuple[tuple[int, ProcessId | None, int], Packet]] = []
         for ts in resend:
             slot = self.q.get(ts)
             if slot is None or not slot.have:
                 continue
             if slot.kind is SlotKind.ACK or isinstance(slot.packet, NewList):
-                packets.append(slot.packet)  # type: ignore[arg-type]
+                found.append(((ts, None, 0), slot.packet))  # type: ignore[arg-type]
             elif slot.kind is SlotKind.DATA and slot.key is not None:
-                packets.append(self.data[slot.key])
-        packets.extend(self.data[key] for key in nack.data if key in self.data)
-        del packets[self.config.nack_response_limit:]  # bounded: the requester asks again for the rest
-        privately = nack.tail or nack.target is None
-        for packet in packets:
-            if privately:
+                found.append(((ts, None, 0), self.data[slot.key]))
+        found.extend(((-1, *key), self.data[key]) for key in nack.data if key in self.data)
+        del found[self.config.nack_response_limit:]  # bounded: the requester asks again for the rest
+        if privately:
+            for _, packet in found:
                 self._unicast(nack.src, packet, now)
-            else:
-                self._multicast(packet, now)
+            return
+        # Several members often NACK one hole within a few ms, before the first answer reached them; one multicast
+        # answers them all.  A requester whose copy was lost asks again after its NACK timeout, past this window.
+        recent = self._multicast_resends
+        window = self.config.nack_timeout / 2
+        if len(recent) > 4 * self.config.nack_response_limit:
+            self._multicast_resends = recent = {k: t for k, t in recent.items() if now - t < window}
+        for key, packet in found:
+            if now - recent.get(key, -window) < window:
+                self.stats["nack_resends_suppressed"] += 1
+                continue
+            recent[key] = now
+            self._multicast(packet, now)
 
     def _nacked_own(self, nack: Nack, now: float) -> None:
         """A NACK that asks for one of our packets tells us a receiver is overrun: halve the send window (once

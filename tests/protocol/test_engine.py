@@ -358,3 +358,25 @@ def test_a_lost_token_is_noticed_by_a_member_whose_packet_waits_to_be_ordered() 
     suspected = ring.advance_until(lambda: ring[2].stats["failures_suspected"] > 0, 30.0)
     assert suspected is not None and suspected - sent_at < 8.0, suspected
     assert ring[2].stats["suspected_stall"] == 1
+
+
+def test_one_multicast_answers_several_nacks_for_the_same_hole() -> None:
+    """Two members NACK one packet of B's at A within the same ms: A multicasts it once, and again for a NACK
+    that comes after the window (the requester's copy was lost)."""
+    ring = Ring(4)
+    a, b, c, d = ring.pids
+    ring.send(1, b"x")
+    ring.flush()  # ordered by A; not yet stable, so still held
+    ts = next(ts for ts, slot in ring[0].q.slots.items() if slot.key == (b, 1))
+    holder = ring[0]
+
+    def nack_from(src: str) -> list[bytes]:
+        nack = Nack(ring.view.view_id, src, a, ts - 1, ts, False, (ts,), ())
+        holder.receive_datagram(encode(nack), src, ring.now)
+        return [tx.data for tx in holder.datagrams_to_send() if tx.dest is None]
+
+    first, second = nack_from(c), nack_from(d)
+    assert len(first) == 1 and second == [], "the second NACK is answered by the first one's multicast"
+    assert holder.stats["nack_resends_suppressed"] == 1
+    ring.now += holder.config.nack_timeout
+    assert nack_from(c) == first, "a NACK after the window gets the packet again"

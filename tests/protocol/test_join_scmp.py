@@ -75,8 +75,8 @@ def inject(net: Net, src: str, packet: Packet) -> None:
     net.flush()
 
 
-def group_formed_then_restarted() -> tuple[Net, ListChangeRequest]:
-    """Three processes form g (1 and 2 join, their requests captured), then all restart; 0 founds g again."""
+def group_formed() -> tuple[Net, ListChangeRequest]:
+    """Three processes form g (1 and 2 join); the join request of 2 as a wire capture saw it."""
     net = Net(3, CONFIG)
     captured = joins_of(net)
     net.do(0, lambda p, now: p.create("g", now))
@@ -85,7 +85,12 @@ def group_formed_then_restarted() -> tuple[Net, ListChangeRequest]:
     net.do(2, lambda p, now: p.join("g", now))
     advance(net, 0.5)
     assert net.views(2)[-1] == tuple(net.pids)
-    old_join = next(r for r in captured if r.src == net.pids[2])
+    return net, next(r for r in captured if r.src == net.pids[2])
+
+
+def group_formed_then_restarted() -> tuple[Net, ListChangeRequest]:
+    """The group formed, then every process restarts; 0 founds g again."""
+    net, old_join = group_formed()
     advance(net, 1.0)
     crash_ms = WALL0 + int(net.now * 1000)
     restart_all(net, persisted=crash_ms + 3000)
@@ -165,14 +170,7 @@ def test_the_join_table_forgets_departed_processes_and_the_floor_keeps_their_old
     """Garbage collection (SCMP figure 2-1): a process that left is dropped from ``requests_done`` once its last
     request is older than the lifetime estimate; the floor rises to that request's stamp, so a replay of its old
     join is still refused, and a fresh join of it is admitted."""
-    net = Net(3, CONFIG)
-    captured = joins_of(net)
-    net.do(0, lambda p, now: p.create("g", now))
-    net.do(1, lambda p, now: p.join("g", now))
-    advance(net, 0.5)
-    net.do(2, lambda p, now: p.join("g", now))
-    advance(net, 0.5)
-    old_join = next(r for r in captured if r.src == net.pids[2])
+    net, old_join = group_formed()
     net.do(2, lambda p, now: p.leave("g", now))
     advance(net, 2.0)
     assert net.pids[2] not in net.views(0)[-1]

@@ -50,6 +50,19 @@ class _Batch:
         self.error: BaseException | None = None
 
 
+_QOS_NAMES: dict[str, QoS] = {}
+
+
+def _qos_of(name: str) -> QoS:
+    """QoS.parse, remembered: every delivery names its QoS, and a group uses only a few."""
+    qos = _QOS_NAMES.get(name)
+    if qos is None:
+        qos = QoS.parse(name)
+        if len(_QOS_NAMES) < 256:
+            _QOS_NAMES[name] = qos
+    return qos
+
+
 class Client:
     """Requests to the daemon, and the groups this connection has joined."""
 
@@ -197,10 +210,11 @@ class Client:
             return
         kind = frame["event"]
         if kind == "deliveries":
-            for src, seq, qos, ts, view, payload, handler, index in frame["messages"]:
-                await group._feed_wait(Delivery(payload=payload, source=src, seq=seq, qos=QoS.parse(qos),
-                                                timestamp=ts, view=view, group=group.name, handler=handler,
-                                                index=index))
+            name = group.name
+            qos_of = _qos_of
+            await group._feed_deliveries([
+                Delivery(payload, src, seq, qos_of(qos), ts, view, name, handler, index)
+                for src, seq, qos, ts, view, payload, handler, index in frame["messages"]])
         elif kind == "deliver":
             await group._feed_wait(Delivery(
                 payload=frame["payload"], source=frame["src"], seq=frame["seq"], qos=QoS.parse(frame["qos"]),

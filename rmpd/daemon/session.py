@@ -45,7 +45,12 @@ class Session:
         """Queue one frame; False if the client is gone or was just cut off for being slow."""
         if self.closed:
             return False
-        frame = encode_frame(message)
+        return self.push_encoded(encode_frame(message))
+
+    def push_encoded(self, frame: bytes) -> bool:
+        """Queue a frame already encoded (the hub encodes a group's events once for all its clients)."""
+        if self.closed:
+            return False
         try:
             self._tx.send_nowait(frame)
             self.queued_bytes += len(frame)

@@ -411,6 +411,9 @@ class Hub:
         until the client catches up (section 4.6), rather than letting the client fall further behind.  A client
         still behind after OVERRUN_GRACE seconds is cut off as a slow consumer: one stuck reader must not stall the
         ring until the others declare this daemon failed."""
+        if not self.overrun and all(s.queued_frames <= self.overrun_frames and s.queued_bytes <= OVERRUN_BYTES
+                                    for s in self.sessions):
+            return  # nobody is behind and no group holds the token back: the common case, checked cheaply
         now = trio.current_time()
         for group in list(self.attached.keys() | self.overrun.keys()):
             behind = [s for s in self.attached.get(group, ()) if not s.closed and (

@@ -291,7 +291,8 @@ class ProcessShell:
             self._persist(value)
         deadline = process.get_timer()
         self._deadline = math.inf if deadline is None else deadline
-        if self._timer_scope is not None:
+        if self._timer_scope is not None and self._timer_scope.deadline != self._deadline:
+            # Setting a cancel scope's deadline costs trio more than comparing it: most drains leave it as it was.
             self._timer_scope.deadline = self._deadline
         if self._settled():
             self._idle.set()

@@ -1268,9 +1268,10 @@ class GroupEngine(Reformation):
             # the handler's holder) is decided by the SCMP filter, not by this packet's payload.
             messages = self._deliver_call(packet, packet.payload, ts, now)  # type: ignore[arg-type]
         else:
-            for index, payload in enumerate(messages):
-                self._events.append(Delivery(self.group, packet.src, packet.seq, packet.qos, ts, self.view.view_id,
-                                             payload, packet.handler, index))
+            group, src, seq, qos, view, handler = (self.group, packet.src, packet.seq, packet.qos, self.view.view_id,
+                                                   packet.handler)
+            self._events.extend([Delivery(group, src, seq, qos, ts, view, payload, handler, index)
+                                 for index, payload in enumerate(messages)])
         if self.config.journal:
             extra: dict[str, Any] = {"parts": len(messages)} if len(messages) != 1 else {}
             if relayed:

@@ -21,7 +21,7 @@ from rmpd.protocol.qos import QoS
 
 from .batching import SendBatch
 from .errors import ConnectionLost, RmpdError
-from .events import CallRequest, Delivery, ViewChange
+from .events import CallRequest, Delivery, ViewChange, make_delivery
 from .group import Group
 
 
@@ -189,8 +189,9 @@ class Client:
         if kind == "deliveries":
             name = group.name
             qos_of = _qos_of
+            make = make_delivery
             await group._feed_deliveries([
-                Delivery(payload, src, seq, qos_of(qos), ts, view, name, handler, index)
+                make(payload, src, seq, qos_of(qos), ts, view, name, handler, index)
                 for src, seq, qos, ts, view, payload, handler, index in frame["messages"]])
         elif kind == "deliver":
             await group._feed_wait(Delivery(

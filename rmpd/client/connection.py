@@ -19,8 +19,9 @@ from rmpd.daemon.config import client_socket_path
 from rmpd.daemon.frames import DEFAULT_MAX_FRAME, FrameError, FrameReader, encode_frame
 from rmpd.protocol.qos import QoS
 
+from .batching import SendBatch
 from .errors import ConnectionLost, RmpdError
-from .events import CallRequest, Delivery, ViewChange
+from .events import CallRequest, Delivery, ViewChange, make_delivery
 from .group import Group
 
 
@@ -32,22 +33,17 @@ class _Pending:
         self.reply: dict[str, Any] | None = None
 
 
-BATCH_BYTES = 256 * 1024
-"""Payload bytes one coalesced send_batch request carries at most."""
-MAX_BATCH = 4096
+_QOS_NAMES: dict[str, QoS] = {}
 
 
-class _Batch:
-    """Sends coalesced into one request; each waiter takes its sequence number by position."""
-
-    __slots__ = ("done", "error", "payloads", "seqs", "size")
-
-    def __init__(self, first: bytes) -> None:
-        self.payloads = [first]
-        self.size = len(first)
-        self.seqs: list[int] = []
-        self.done = trio.Event()
-        self.error: BaseException | None = None
+def _qos_of(name: str) -> QoS:
+    """QoS.parse, remembered: every delivery names its QoS, and a group uses only a few."""
+    qos = _QOS_NAMES.get(name)
+    if qos is None:
+        qos = QoS.parse(name)
+        if len(_QOS_NAMES) < 256:
+            _QOS_NAMES[name] = qos
+    return qos
 
 
 class Client:
@@ -61,7 +57,7 @@ class Client:
         self._pending: dict[int, _Pending] = {}
         self._groups: dict[str, Group] = {}
         self._lost: ConnectionLost | None = None
-        self._batches: dict[tuple[str, QoS, int | None], _Batch] = {}
+        self._batches: dict[tuple[str, QoS, int | None], SendBatch] = {}
 
     async def request(self, op: str, **fields: Any) -> dict[str, Any]:
         """Send one request and return its reply; RmpdError carries the daemon's structured error."""
@@ -126,15 +122,9 @@ class Client:
         request: same order, one frame and one answer for all (a lone send waits one scheduling step)."""
         key = (group, qos, handler)
         batch = self._batches.get(key)
-        if batch is not None and batch.size + len(payload) <= BATCH_BYTES and len(batch.payloads) < MAX_BATCH:
-            index = len(batch.payloads)
-            batch.payloads.append(payload)
-            batch.size += len(payload)
-            await batch.done.wait()
-            if batch.error is not None:
-                raise batch.error
-            return batch.seqs[index]
-        batch = self._batches[key] = _Batch(payload)
+        if batch is not None and batch.takes(payload):
+            return await batch.join(payload)
+        batch = self._batches[key] = SendBatch(payload)
         try:
             await trio.lowlevel.cancel_shielded_checkpoint()  # let other ready tasks join this batch
         finally:
@@ -197,10 +187,12 @@ class Client:
             return
         kind = frame["event"]
         if kind == "deliveries":
-            for src, seq, qos, ts, view, payload, handler, index in frame["messages"]:
-                await group._feed_wait(Delivery(payload=payload, source=src, seq=seq, qos=QoS.parse(qos),
-                                                timestamp=ts, view=view, group=group.name, handler=handler,
-                                                index=index))
+            name = group.name
+            qos_of = _qos_of
+            make = make_delivery
+            await group._feed_deliveries([
+                make(payload, src, seq, qos_of(qos), ts, view, name, handler, index)
+                for src, seq, qos, ts, view, payload, handler, index in frame["messages"]])
         elif kind == "deliver":
             await group._feed_wait(Delivery(
                 payload=frame["payload"], source=frame["src"], seq=frame["seq"], qos=QoS.parse(frame["qos"]),

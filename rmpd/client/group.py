@@ -7,7 +7,6 @@ so programs can switch between talking to the local daemon and being an RMP proc
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import AsyncIterator
 from typing import Protocol
 
@@ -17,6 +16,7 @@ from rmpd.protocol.qos import QoS
 
 from .errors import RmpdError
 from .events import CallRequest, Delivery, Event, ViewChange
+from .queue import EventQueue
 
 EVENT_BUFFER = 10_000
 
@@ -36,7 +36,7 @@ class Group:
         self.name = name
         self.view = view
         self._members = list(members)
-        self._tx, self._rx = trio.open_memory_channel[Event | RmpdError](EVENT_BUFFER)
+        self._events: EventQueue[Event | RmpdError] = EventQueue(EVENT_BUFFER)
         self._closed = False
         self._calls: dict[int, tuple[trio.MemorySendChannel[CallRequest], trio.MemoryReceiveChannel[CallRequest]]] = {}
         self.unread_calls_dropped = 0
@@ -48,17 +48,16 @@ class Group:
         """Queue an event; False when the buffer is full (the backend then treats this reader as slow)."""
         if isinstance(event, ViewChange):
             self.view, self._members = event.view, list(event.members)
-        try:
-            self._tx.send_nowait(event)
-        except (trio.WouldBlock, trio.ClosedResourceError, trio.BrokenResourceError):
-            return False
-        return True
+        return self._events.put_nowait(event)
 
     async def _feed_wait(self, event: Event) -> None:
         if isinstance(event, ViewChange):
             self.view, self._members = event.view, list(event.members)
-        with contextlib.suppress(trio.ClosedResourceError, trio.BrokenResourceError):
-            await self._tx.send(event)
+        await self._events.put_many((event,))
+
+    async def _feed_deliveries(self, deliveries: list[Delivery]) -> None:
+        """Queue a frame's deliveries at once, waiting while the buffer is full."""
+        await self._events.put_many(deliveries)
 
     def _calls_of(self, handler: int) -> tuple[trio.MemorySendChannel[CallRequest],
                                                 trio.MemoryReceiveChannel[CallRequest]]:
@@ -78,10 +77,7 @@ class Group:
         if self._closed:
             return
         self._closed = True
-        if error is not None:
-            with contextlib.suppress(trio.WouldBlock, trio.ClosedResourceError, trio.BrokenResourceError):
-                self._tx.send_nowait(error)
-        self._tx.close()
+        self._events.close(error)
         for tx, _ in self._calls.values():
             tx.close()
 
@@ -121,7 +117,7 @@ class Group:
 
     async def __anext__(self) -> Delivery | ViewChange:
         try:
-            item = await self._rx.receive()
+            item = await self._events.get()
         except trio.EndOfChannel:
             raise StopAsyncIteration from None
         if isinstance(item, RmpdError):

@@ -19,15 +19,15 @@ from rmpd.daemon.config import interface_address, loopback_interface
 from rmpd.daemon.journal import FlushingJournal
 from rmpd.daemon.shell import ProcessShell
 from rmpd.protocol.config import EngineConfig
-from rmpd.protocol.engine import MessageTooLarge
 from rmpd.protocol.events import CallAnswered, JoinFailed, Left, LockResult, ViewInstalled
 from rmpd.protocol.events import CallRequest as EngineCallRequest
 from rmpd.protocol.events import Delivery as EngineDelivery
 from rmpd.protocol.events import Event as EngineEvent
 from rmpd.protocol.naming import DEFAULT_RANGE
 from rmpd.protocol.process import NotMember
-from rmpd.protocol.qos import QoS
+from rmpd.protocol.qos import Level, QoS
 
+from .batching import SendBatch
 from .errors import RmpdError
 from .events import CallRequest, Delivery, ViewChange
 from .group import Group
@@ -66,6 +66,7 @@ class Node:
         self._joins: dict[str, list[_Wait]] = defaultdict(list)
         self._locks: dict[tuple[str, int, str], deque[_Wait]] = defaultdict(deque)
         self._calls: dict[int, tuple[trio.Event, list[CallAnswered]]] = {}
+        self._batches: dict[tuple[str, QoS, int | None], SendBatch] = {}
         self._cm = None
 
     @property
@@ -134,18 +135,48 @@ class Node:
         return group
 
     async def _send(self, group: str, payload: bytes, qos: QoS, handler: int | None) -> int:
+        """Sends from concurrent tasks are coalesced (rmpd.client.batching) and handed to the engine in one call,
+        which packs them into as few packets as they fit.  A message the group cannot carry is refused alone,
+        before it joins a batch, so it never costs the other senders theirs."""
         shell = self._require()
+        self._check_size(payload, qos)
+        key = (group, qos, handler)
+        batch = self._batches.get(key)
+        if batch is not None and batch.takes(payload):
+            return await batch.join(payload)
         await shell.wait_for_room(group)
+        batch = self._batches.get(key)
+        if batch is not None and batch.takes(payload):  # another sender started one while we waited
+            return await batch.join(payload)
+        batch = self._batches[key] = SendBatch(payload)
         try:
-            seq = shell.send(group, payload, qos, handler)
+            await trio.lowlevel.cancel_shielded_checkpoint()  # let other ready tasks join this batch
+        finally:
+            if self._batches.get(key) is batch:
+                del self._batches[key]
+        try:
+            seqs = shell.send_many(group, batch.payloads, qos, handler)
+            if seqs is None:
+                raise RmpdError("send-refused", f"this node is leaving {group!r}")
+            batch.seqs = seqs
         except NotMember as exc:
-            raise RmpdError("not-member", str(exc)) from None
-        except MessageTooLarge as exc:
-            raise RmpdError("message-too-large", str(exc)) from None
-        if seq is None:
-            raise RmpdError("send-refused", f"this node is leaving {group!r}")
-        await trio.lowlevel.checkpoint()
-        return seq
+            batch.error = RmpdError("not-member", str(exc))
+            raise batch.error from None
+        except BaseException as exc:
+            batch.error = exc
+            raise
+        finally:
+            batch.done.set()
+        return batch.seqs[0]
+
+    def _check_size(self, payload: bytes, qos: QoS) -> None:
+        config = self._config
+        if len(payload) > config.max_message:
+            raise RmpdError("message-too-large", f"a message is at most {config.max_message} bytes; "
+                                                 f"this one has {len(payload)}")
+        if qos.level == Level.UNRELIABLE and len(payload) > config.max_packet:
+            raise RmpdError("message-too-large", f"an unreliable message must fit one packet "
+                                                 f"({config.max_packet} bytes)")
 
     async def call(self, group: str, payload: bytes, *, handler: int | None = 0, timeout: float = 5.0,
                    qos: QoS = QoS.TOTAL) -> bytes | None:

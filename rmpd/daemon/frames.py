@@ -33,7 +33,7 @@ def encode_frame(obj: dict[str, Any]) -> bytes:
     return HEADER.pack(len(body)) + body
 
 
-def decode_body_untrusted(body: bytes) -> dict[str, Any]:
+def decode_body_untrusted(body: bytes | bytearray) -> dict[str, Any]:
     """One frame body to a dict with string keys, or FrameError."""
     try:
         obj = msgpack.unpackb(body, raw=False, strict_map_key=True)
@@ -74,6 +74,6 @@ class FrameReader:
                              fatal=True)
         if not await self._fill(HEADER.size + length):
             raise FrameError("bad-frame", "stream ended inside a frame", fatal=True)
-        body = bytes(self._buffer[HEADER.size:HEADER.size + length])
+        body = self._buffer[HEADER.size:HEADER.size + length]  # one copy; msgpack reads a bytearray as well
         del self._buffer[:HEADER.size + length]
         return decode_body_untrusted(body)

@@ -30,12 +30,14 @@ from rmpd.protocol.events import (
     SendRefused,
     ViewInstalled,
 )
+from rmpd.protocol.ids import ViewId
 from rmpd.protocol.process import NotMember
-from rmpd.protocol.qos import Level
+from rmpd.protocol.qos import Level, QoS
 from rmpd.protocol.view import HANDLER_LOCKS
 
 from . import errors
 from .errors import RequestError
+from .frames import encode_frame
 from .requests import Request, parse_request
 from .session import Session
 from .shell import ProcessShell
@@ -56,6 +58,10 @@ buffers for a client is bounded in bytes, not only in frames of any size."""
 OVERRUN_GRACE = 1.0
 """Seconds a group may hold the token back for a local client that is behind before that client is cut off; well
 under the time the ring takes to declare a silent token site failed (ten doubling retries)."""
+
+_QOS_NAMES = {qos: qos.name() for qos in (QoS.UNRELIABLE, QoS.UNORDERED, QoS.SOURCE, QoS.TOTAL, QoS.MAJORITY,
+                                         QoS.SAFE)}
+"""Names of the QoS levels without K, as every delivery frame spells them."""
 
 DELIVERY_FRAME_BYTES = 4 * 1024 * 1024
 """Payload bytes gathered into one deliveries frame before another is started."""
@@ -87,6 +93,8 @@ class Hub:
         self.overrun: dict[str, float] = {}
         """Groups whose engine is holding the token back because a local client is far behind, and since when."""
         self.overrun_frames = overrun_frames
+        self._view_names: dict[ViewId, str] = {}
+        """str(view ID) per view, so each delivery does not format it again."""
 
     # ------------------------------------------------------------------------------------------------------------
     # Sessions
@@ -354,9 +362,14 @@ class Hub:
     def on_event(self, event: Event) -> None:
         if isinstance(event, Delivery):
             # Gathered and sent as one frame per group after the drain: a busy group costs one frame per batch.
+            view = self._view_names.get(event.view)
+            if view is None:
+                if len(self._view_names) >= 64:
+                    self._view_names.clear()
+                view = self._view_names[event.view] = str(event.view)
+            qos = _QOS_NAMES.get(event.qos) or event.qos.name()
             self.deliveries[event.group].append([
-                event.src, event.seq, event.qos.name(), event.ts, str(event.view), event.payload, event.handler,
-                event.index,
+                event.src, event.seq, qos, event.ts, view, event.payload, event.handler, event.index,
             ])
             return
         self._send_deliveries(event.group)  # whatever was delivered before this event goes first
@@ -398,6 +411,9 @@ class Hub:
         until the client catches up (section 4.6), rather than letting the client fall further behind.  A client
         still behind after OVERRUN_GRACE seconds is cut off as a slow consumer: one stuck reader must not stall the
         ring until the others declare this daemon failed."""
+        if not self.overrun and all(s.queued_frames <= self.overrun_frames and s.queued_bytes <= OVERRUN_BYTES
+                                    for s in self.sessions):
+            return  # nobody is behind and no group holds the token back: the common case, checked cheaply
         now = trio.current_time()
         for group in list(self.attached.keys() | self.overrun.keys()):
             behind = [s for s in self.attached.get(group, ()) if not s.closed and (
@@ -417,8 +433,13 @@ class Hub:
                 self.shell.set_overrun(group, bool(behind))
 
     def _fan_out(self, group: str, message: dict[str, Any]) -> None:
-        for session in list(self.attached.get(group, ())):
-            session.push(message)
+        """One frame to every client of ``group``, encoded once for all of them."""
+        sessions = list(self.attached.get(group, ()))
+        if not sessions:
+            return
+        frame = encode_frame(message)
+        for session in sessions:
+            session.push_encoded(frame)
 
     def _lock_result(self, event: LockResult) -> None:
         key = (event.group, event.lock)

@@ -35,6 +35,8 @@ class Session:
         self.scope = trio.CancelScope()
         self.dropped = 0
         self.queued_bytes = 0
+        self.queued_frames = 0
+        """Frames queued and not yet taken by the writer (counted here: the channel's statistics cost more)."""
         """Bytes of frames queued and not yet written: what a slow client costs the daemon in memory."""
         self.on_written: Callable[[], None] = lambda: None
         """Called after each write: the hub checks whether this client caught up."""
@@ -45,10 +47,16 @@ class Session:
         """Queue one frame; False if the client is gone or was just cut off for being slow."""
         if self.closed:
             return False
-        frame = encode_frame(message)
+        return self.push_encoded(encode_frame(message))
+
+    def push_encoded(self, frame: bytes) -> bool:
+        """Queue a frame already encoded (the hub encodes a group's events once for all its clients)."""
+        if self.closed:
+            return False
         try:
             self._tx.send_nowait(frame)
             self.queued_bytes += len(frame)
+            self.queued_frames += 1
         except trio.WouldBlock:
             self.cut(SLOW_CONSUMER, f"client fell {self._rx.statistics().current_buffer_used} frames behind")
             return False
@@ -73,6 +81,7 @@ class Session:
         """Send queued frames; whatever queued up meanwhile goes in one write, so a busy group costs one
         system call per batch of deliveries instead of one per frame."""
         async for frame in self._rx:
+            self.queued_frames -= 1
             if self.cut_reason is not None:
                 break
             batch = [frame]
@@ -82,6 +91,7 @@ class Session:
                     more = self._rx.receive_nowait()
                 except (trio.WouldBlock, trio.EndOfChannel):
                     break
+                self.queued_frames -= 1
                 batch.append(more)
                 size += len(more)
             await self.stream.send_all(b"".join(batch) if len(batch) > 1 else frame)
@@ -92,7 +102,7 @@ class Session:
 
     @property
     def queued(self) -> int:
-        return self._rx.statistics().current_buffer_used
+        return self.queued_frames
 
     def describe(self) -> dict[str, Any]:
         return {"id": self.id, "groups": sorted(self.groups), "queued": self.queued,

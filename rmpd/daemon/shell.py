@@ -181,17 +181,11 @@ class ProcessShell:
         return seq
 
     def send_many(self, group: str, payloads: list[bytes], qos: QoS, handler: int | None = None) -> list[int] | None:
-        """Send several messages in order with one drain; None when the group refuses them (it is being left:
-        that holds for all of them, since nothing else runs in between)."""
-        now = trio.current_time()
-        seqs = []
-        for payload in payloads:
-            seq = self.process.send(group, payload, qos, now, handler)
-            if seq is None:
-                break
-            seqs.append(seq)
+        """Send several messages in order with one drain, packed together into as few packets as they fit
+        (GroupEngine.send_batch); None when the group refuses them (it is being left)."""
+        seqs = self.process.send_batch(group, payloads, qos, trio.current_time(), handler)
         self.drain()
-        return seqs if len(seqs) == len(payloads) else None
+        return seqs
 
     def set_overrun(self, group: str, overrun: bool) -> None:
         self.process.set_overrun(group, overrun, trio.current_time())
@@ -297,7 +291,8 @@ class ProcessShell:
             self._persist(value)
         deadline = process.get_timer()
         self._deadline = math.inf if deadline is None else deadline
-        if self._timer_scope is not None:
+        if self._timer_scope is not None and self._timer_scope.deadline != self._deadline:
+            # Setting a cancel scope's deadline costs trio more than comparing it: most drains leave it as it was.
             self._timer_scope.deadline = self._deadline
         if self._settled():
             self._idle.set()

@@ -14,6 +14,7 @@ process asks again under a new request ID and counts its tries from zero, since 
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -135,6 +136,13 @@ class RmpProcess:
         seq = self._engine(group).send(payload, qos, now, handler)
         self._collect(now)
         return seq
+
+    def send_batch(self, group: str, payloads: Sequence[bytes], qos: QoS, now: float,
+                   handler: int | None = None) -> list[int] | None:
+        """Several messages at once, packed together (GroupEngine.send_batch); None when the group refuses them."""
+        seqs = self._engine(group).send_batch(payloads, qos, now, handler)
+        self._collect(now)
+        return seqs
 
     def call(self, group: str, payload: bytes, now: float, *, handler: int | None = 0, timeout: float = 5.0,
              qos: QoS | None = None) -> int:

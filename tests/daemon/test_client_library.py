@@ -6,6 +6,7 @@ import pytest
 import trio
 
 import rmpd
+from rmpd.protocol.config import EngineConfig
 
 
 async def next_delivery(group: rmpd.Group) -> rmpd.Delivery:
@@ -95,3 +96,32 @@ async def test_every_local_client_of_a_group_gets_the_same_deliveries_in_the_sam
             assert seen[0] == seen[1]
             assert sorted(p for p, _ in seen[0]) == sorted([b"n%d" % i for i in range(50)] +
                                                             [b"c%d" % i for i in range(50)])
+
+
+async def test_concurrent_sends_of_an_embedded_node_are_packed_and_an_oversized_one_is_refused_alone(
+        loopback_multicast) -> None:
+    config = EngineConfig(request_interval=0.05, join_retries=2, max_message=50_000)
+    with trio.fail_after(60):
+        async with rmpd.Node(interface="lo", port=0, config=config) as node:
+            group = await node.join("packed-node")
+            seqs: dict[int, int] = {}
+
+            async def send(i: int) -> None:
+                seqs[i] = await group.send(i.to_bytes(2, "big") * 500)
+
+            async with trio.open_nursery() as nursery:
+                for i in range(40):
+                    nursery.start_soon(send, i)
+                with pytest.raises(rmpd.RmpdError) as refused:
+                    await group.send(b"x" * 60_000)
+            assert refused.value.code == "message-too-large"
+            got = []
+            async for event in group:
+                if isinstance(event, rmpd.Delivery):
+                    got.append(event)
+                    if len(got) == 40:
+                        break
+            assert len({d.payload for d in got}) == 40
+            assert [(d.seq, d.index) for d in got] == sorted((d.seq, d.index) for d in got)
+            assert len({d.seq for d in got}) < 40  # sent together: packed
+            assert {seqs[int.from_bytes(d.payload[:2], "big")] for d in got} == {d.seq for d in got}

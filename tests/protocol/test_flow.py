@@ -174,3 +174,32 @@ def test_an_overrun_member_holds_the_token_back_until_it_catches_up() -> None:
     ring.advance(1.0)
     assert all(ring.delivered(i) == [b"first", b"second"] for i in range(3))
     assert slow.stats["token_accepts"] > accepts and slow.stats["overruns"] == 1
+
+
+def test_a_batch_is_packed_at_once_even_with_the_window_open() -> None:
+    """Messages handed over together share packets up to the packet limit: nothing is held back for it, and the
+    ring carries one datagram per packet instead of one per message."""
+    ring = Ring(3, EngineConfig(journal=True))
+    sender = ring[1]
+    payloads = [bytes([i]) * 1000 for i in range(40)]
+    seqs = sender.send_batch(payloads, QoS.TOTAL, ring.now)
+    ring._collect(ring.pids[1])
+    assert seqs is not None and seqs == sorted(seqs)
+    limit = sender.window.packet_limit()
+    per_packet = limit // (1000 + 5)
+    assert len(set(seqs)) == -(-40 // per_packet)  # as few packets as the limit allows, all sent at once
+    assert not sender.send_queue and len(sender.outstanding) == len(set(seqs))
+    ring.advance(1.0)
+    for member in range(3):
+        assert ring.delivered(member) == payloads
+    assert [(d.seq, d.index) for d in ring.deliveries(0)] == [
+        (seq, seqs[:i].count(seq)) for i, seq in enumerate(seqs)]
+
+
+def test_a_batch_is_refused_whole() -> None:
+    ring = Ring(2, EngineConfig(max_message=5000, journal=True))
+    with pytest.raises(MessageTooLarge):
+        ring[1].send_batch([b"ok", b"x" * 6000], QoS.TOTAL, ring.now)
+    assert ring[1].next_seq == 1 and not ring[1].send_queue
+    ring[1].leave(ring.now)
+    assert ring[1].send_batch([b"late"], QoS.TOTAL, ring.now) is None

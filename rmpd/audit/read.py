@@ -5,9 +5,10 @@ line becomes a row with its raw text in the corrupt-record column instead of fai
 once: the columns the checks read (``schema.COLUMNS``, QoS already normalized) are cached together with why the
 line is invalid, if it is, and everything else is dropped before caching.  The job that fills the cache also
 counts the invalid lines per input split; only when there is one are the journals read again to name the first
-bad file and line.  Otherwise the records are cached once more with their position (``position``) and the first
-cache is dropped.  Reading as text (not with the JSON source) keeps blank lines as rows, so line numbers count
-every line of the file.
+bad file and line.  That cache is the only copy: each record's position (``position``) is worked out from its
+split columns where a check reads it (a broadcast lookup, on the view and delivery records only), and the record
+count is the sum of the splits' counts, so no second job copies or counts the records.  Reading as text (not with
+the JSON source) keeps blank lines as rows, so line numbers count every line of the file.
 """
 
 from __future__ import annotations
@@ -39,13 +40,14 @@ class UnreadableInput(Exception):
 
 @dataclass(frozen=True)
 class Journals:
-    """The valid records (cached: ``release`` them when done) and how many there are."""
+    """The valid records and how many there are; ``release`` drops the cache they are read from when done."""
 
     records: DataFrame
     count: int
+    cache: DataFrame
 
     def release(self) -> None:
-        self.records.unpersist()
+        self.cache.unpersist()
 
 
 def list_files(spark: SparkSession, paths: list[str], suffixes: tuple[str, ...] = JOURNAL_SUFFIXES) -> list[str]:
@@ -124,11 +126,9 @@ def read_journals(spark: SparkSession, paths: list[str]) -> Journals:
     if any(s.bad for s in found):
         lines.unpersist()
         raise _first_bad(raw)
-    # Cached again with ``pos`` in place of the split columns, so no scan repeats the lookup.
-    records = positioned(spark, lines, found).drop("why").persist()
-    count = records.count()
-    lines.unpersist()
-    return Journals(records, count)
+    # Not cached again: copying every record to add ``pos`` cost more than looking it up where a check sorts on it.
+    records = positioned(spark, lines.drop("why"), found)
+    return Journals(records, sum(s.rows for s in found), lines)
 
 
 def _first_bad(raw: DataFrame) -> UnreadableInput:

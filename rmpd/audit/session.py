@@ -30,6 +30,9 @@ def get_session(master: str | None = None, app_name: str = "rmp-audit") -> Spark
             # Spark's default of 200 shuffle partitions is sized for clusters; on one machine each costs a task per
             # shuffle and, once cached, per scan.  A few per core keeps both cores busy without the overhead.
             builder = builder.config("spark.sql.shuffle.partitions", str(4 * cores))
+            # Spark sizes input splits for as many tasks as cores: three journals of 80 MB became three tasks on two
+            # cores, one of them running alone.  Smaller splits (never above the 128 MB cap) even the load out.
+            builder = builder.config("spark.sql.files.minPartitionNum", str(4 * cores))
             # In local mode the executors live in the driver's JVM, whose default heap (1 GB) is too small for
             # tens of millions of records: the cached records and deliveries of 10 million records, partitioned by
             # member, ran out of a 4 GB heap.  RMP_AUDIT_MEMORY overrides.  Takes effect when this starts the JVM.

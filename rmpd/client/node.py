@@ -19,13 +19,14 @@ from rmpd.daemon.config import interface_address, loopback_interface
 from rmpd.daemon.journal import FlushingJournal
 from rmpd.daemon.shell import ProcessShell
 from rmpd.protocol.config import EngineConfig
+from rmpd.protocol.engine import MessageTooLarge, check_message_size
 from rmpd.protocol.events import CallAnswered, JoinFailed, Left, LockResult, ViewInstalled
 from rmpd.protocol.events import CallRequest as EngineCallRequest
 from rmpd.protocol.events import Delivery as EngineDelivery
 from rmpd.protocol.events import Event as EngineEvent
 from rmpd.protocol.naming import DEFAULT_RANGE
 from rmpd.protocol.process import NotMember
-from rmpd.protocol.qos import Level, QoS
+from rmpd.protocol.qos import QoS
 
 from .batching import SendBatch
 from .errors import RmpdError
@@ -139,7 +140,10 @@ class Node:
         which packs them into as few packets as they fit.  A message the group cannot carry is refused alone,
         before it joins a batch, so it never costs the other senders theirs."""
         shell = self._require()
-        self._check_size(payload, qos)
+        try:
+            check_message_size(self._config, payload, qos)
+        except MessageTooLarge as exc:
+            raise RmpdError("message-too-large", str(exc)) from None
         key = (group, qos, handler)
         batch = self._batches.get(key)
         if batch is not None and batch.takes(payload):
@@ -168,15 +172,6 @@ class Node:
         finally:
             batch.done.set()
         return batch.seqs[0]
-
-    def _check_size(self, payload: bytes, qos: QoS) -> None:
-        config = self._config
-        if len(payload) > config.max_message:
-            raise RmpdError("message-too-large", f"a message is at most {config.max_message} bytes; "
-                                                 f"this one has {len(payload)}")
-        if qos.level == Level.UNRELIABLE and len(payload) > config.max_packet:
-            raise RmpdError("message-too-large", f"an unreliable message must fit one packet "
-                                                 f"({config.max_packet} bytes)")
 
     async def call(self, group: str, payload: bytes, *, handler: int | None = 0, timeout: float = 5.0,
                    qos: QoS = QoS.TOTAL) -> bytes | None:

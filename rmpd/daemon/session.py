@@ -35,9 +35,9 @@ class Session:
         self.scope = trio.CancelScope()
         self.dropped = 0
         self.queued_bytes = 0
+        """Bytes of frames queued and not yet written: what a slow client costs the daemon in memory."""
         self.queued_frames = 0
         """Frames queued and not yet taken by the writer (counted here: the channel's statistics cost more)."""
-        """Bytes of frames queued and not yet written: what a slow client costs the daemon in memory."""
         self.on_written: Callable[[], None] = lambda: None
         """Called after each write: the hub checks whether this client caught up."""
         self.peer: tuple[int, int, int] | None = None

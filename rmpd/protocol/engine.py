@@ -78,6 +78,14 @@ class MessageTooLarge(ValueError):
     """A send the group cannot carry (over ``max_message``, or unreliable and over one packet)."""
 
 
+def check_message_size(config: EngineConfig, payload: bytes, qos: QoS) -> None:
+    """Raise MessageTooLarge for a message the group cannot carry; callers that batch check each one first."""
+    if len(payload) > config.max_message:
+        raise MessageTooLarge(f"a message is at most {config.max_message} bytes; this one has {len(payload)}")
+    if qos.level == Level.UNRELIABLE and len(payload) > config.max_packet:
+        raise MessageTooLarge(f"an unreliable message must fit one packet ({config.max_packet} bytes)")
+
+
 class Backoff:
     """A retransmission timer: doubles on each expiry, clamped, reset on progress."""
 
@@ -142,7 +150,7 @@ class GroupEngine(Reformation):
         site and carries the per-source sequence numbers it starts from).
 
         ``join_floor``: this member's own bound for join requests from processes the group has no entry for
-        (see ``_join_verdict``); the group's, carried in every New List, is taken too when it is higher."""
+        (see ``_join_admissible``); the group's, carried in every New List, is taken too when it is higher."""
         if pid not in view:
             raise ValueError(f"{pid} is not a member of view {view.view_id}")
         start_ts = joined_by.ts if joined_by is not None else 0
@@ -335,10 +343,7 @@ class GroupEngine(Reformation):
         config = self.config
         unreliable = qos.level == Level.UNRELIABLE
         for payload in payloads:
-            if len(payload) > config.max_message:
-                raise MessageTooLarge(f"a message is at most {config.max_message} bytes; this one has {len(payload)}")
-            if unreliable and len(payload) > config.max_packet:
-                raise MessageTooLarge(f"an unreliable message must fit one packet ({config.max_packet} bytes)")
+            check_message_size(config, payload, qos)
         seqs: list[int] = []
         queue = self.send_queue
         limit = self.window.packet_limit()

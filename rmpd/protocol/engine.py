@@ -87,38 +87,54 @@ def check_message_size(config: EngineConfig, payload: bytes, qos: QoS) -> None:
 
 
 class Backoff:
-    """A retransmission timer: doubles on each expiry, clamped, reset on progress."""
+    """A retransmission timer: doubles on each expiry, clamped, reset on progress.
 
-    __slots__ = ("deadline", "initial", "interval", "maximum", "retries")
+    ``patience``: how long after the first transmission a failure may be declared at the earliest; an expiry is
+    placed at that moment so that declaring one does not wait for the next doubling."""
 
-    def __init__(self, initial: float, maximum: float) -> None:
+    __slots__ = ("deadline", "initial", "interval", "maximum", "patience", "retries", "started")
+
+    def __init__(self, initial: float, maximum: float, patience: float = 0.0) -> None:
         self.initial = initial
         self.maximum = maximum
+        self.patience = patience
         self.interval = initial
         self.deadline: float | None = None
         self.retries = 0
+        self.started = 0.0
 
     def start(self, now: float) -> None:
         self.interval = self.initial
         self.retries = 0
+        self.started = now
         self.deadline = now + self.interval
 
     def expired(self, now: float) -> bool:
         return self.deadline is not None and now >= self.deadline
 
-    def exhausted(self, limit: int) -> bool:
-        """This expiry is the ``limit``-th in a row without an answer, the first transmission's included.
+    def exhausted(self, limit: int, now: float) -> bool:
+        """This expiry is the ``limit``-th in a row without an answer, the first transmission's included, and
+        ``patience`` has passed since that transmission.
 
         The paper allows "up to N retransmissions (currently 10)" and says that this detects failures in nearby
         sites "within 5 seconds": ten doubling waits from a nearby site's 5 ms, clamped at 2 s, take 4.6 s;
-        waiting out an eleventh would make it 6.6 s.  So N counts the expiries (docs/protocol.md).
+        waiting out an eleventh would make it 6.6 s.  So N counts the expiries (docs/protocol.md).  A timer that
+        starts lower (a round trip measured on a fast network) reaches N expiries sooner; ``patience`` keeps
+        detection at the paper's time instead of making it quicker and jumpier.
         """
-        return self.retries + 1 >= limit
+        return self.retries + 1 >= limit and now - self.started >= self.patience
 
     def back_off(self, now: float) -> None:
         self.retries += 1
         self.interval = min(self.interval * 2, self.maximum)
         self.deadline = now + self.interval
+        if now < self.started + self.patience < self.deadline:
+            self.deadline = self.started + self.patience
+
+    def heard(self, now: float) -> None:
+        """The other side is alive but not done yet: count expiries and ``patience`` from now, keep the interval."""
+        self.retries = 0
+        self.started = now
 
     def stop(self) -> None:
         self.deadline = None
@@ -206,7 +222,7 @@ class GroupEngine(Reformation):
             self.accept_target = (start_ts, start_ts, joined_by.src, 0)
         self.pass_pending: Ack | None = None
         self._pass_bytes = b""
-        self.pass_timer = Backoff(self.config.rto_initial, self.config.rto_max)
+        self.pass_timer = Backoff(self.config.rto_initial, self.config.rto_max, self.config.fail_after)
         self.null_deadline: float | None = None
 
         # Sending.  A rejoining process goes on from the sequence number its join request announced, so its new
@@ -215,12 +231,12 @@ class GroupEngine(Reformation):
         self.next_unreliable_seq = first_unreliable_seq
         self.outstanding: dict[int, Data] = {}
         self.send_queue: deque[Queued] = deque()
-        self.rto = Backoff(self.config.rto_initial, self.config.rto_max)
+        self.rto = Backoff(self.config.rto_initial, self.config.rto_max, self.config.fail_after)
         self.window = SendWindow(min_packet=self.config.min_packet, max_packet=self.config.max_packet,
                                  initial=self.config.initial_window, max_window=self.config.max_window)
-        self.data_rtt = RttEstimator(self.config.rto_initial, self.config.rto_max)
+        self.data_rtt = self._round_trips(self.config.rto_initial)
         """Send -> ordering time of our own packets: the data retransmission timer."""
-        self.pass_rtt = RttEstimator(self.config.rto_initial, self.config.rto_max)
+        self.pass_rtt = self._round_trips(self.config.rto_initial)
         """Token pass -> confirmation time: the ACK retransmission timer."""
         self._first_sent: dict[int, float] = {}
         """When each outstanding packet of ours was sent, for packets not retransmitted (Karn's rule)."""
@@ -233,6 +249,12 @@ class GroupEngine(Reformation):
         # NACKs and stall detection.
         self.nack_deadline: float | None = None
         self.nack_tries = 0
+        self.nack_rtt = self._round_trips(self.config.nack_timeout, maximum=self.config.nack_timeout)
+        """First NACK for a hole -> the hole filled: how soon to NACK a hole, and to NACK it again."""
+        self._nack_first_at: float | None = None
+        """When the current hole was first NACKed (None: not yet); ``_nack_sampling`` while no NACK for it was
+        resent, so its answer times the round trip (Karn's rule)."""
+        self._nack_sampling = False
         self._multicast_resends: dict[tuple[int, ProcessId | None, int], float] = {}
         """When each packet was last multicast again for a NACK, keyed by (timestamp, None, 0) for what the
         OrderingQ holds and (-1, src, seq) for unordered data: see ``_on_nack``."""
@@ -510,7 +532,7 @@ class GroupEngine(Reformation):
         """Run whatever is due at ``now``."""
         self._recovery_timer(now)
         if self.pass_timer.expired(now) and self.pass_pending is not None:
-            if self.pass_timer.exhausted(self.config.fail_retries):
+            if self.pass_timer.exhausted(self.config.fail_retries, now):
                 self.pass_timer.stop()
                 self.suspect_failure(now, "token_pass")
             else:
@@ -519,7 +541,7 @@ class GroupEngine(Reformation):
                 self._record_packet("send", self.pass_pending, now)
                 self.pass_timer.back_off(now)
         if self.rto.expired(now):
-            if self.rto.exhausted(self.config.fail_retries):
+            if self.rto.exhausted(self.config.fail_retries, now):
                 self.rto.stop()
                 self.suspect_failure(now, "data")
             else:
@@ -529,7 +551,8 @@ class GroupEngine(Reformation):
             if self.have_token:
                 self._send_ack((), self.incoming_quiet + 1, now)
         if self.nack_deadline is not None and now >= self.nack_deadline:
-            if self.nack_tries >= self.config.nack_rotate + self.config.fail_retries and not self.frozen:
+            if (self.nack_tries >= self.config.nack_rotate + self.config.fail_retries and not self.frozen
+                    and self._nack_first_at is not None and now - self._nack_first_at >= self.config.fail_after):
                 self.suspect_failure(now, "nack")
             self._send_nack(now, tail=False)
         if self.hint_deadline is not None and now >= self.hint_deadline:
@@ -546,7 +569,7 @@ class GroupEngine(Reformation):
             else:
                 self._send_nack(now, tail=True)
         if self.request_timer.expired(now):
-            if self.request_timer.exhausted(self.config.fail_retries):
+            if self.request_timer.exhausted(self.config.fail_retries, now):
                 self.request_timer.stop()
                 self.suspect_failure(now, "request")
             else:
@@ -597,6 +620,8 @@ class GroupEngine(Reformation):
         key = (packet.src, packet.seq)
         if key in self.data or self._delivered(packet.src, packet.seq):
             self.stats["duplicates"] += 1
+            if packet.src != self.pid and packet.seq <= self.ordered_upto.get(packet.src, 0):
+                self._resent_after_order(now)
             return
         ts = self.q.ts_of(key)
         if ts is not None:
@@ -615,6 +640,18 @@ class GroupEngine(Reformation):
             self._deliver(packet, ts, now, holders=1)
         if level <= Level.SOURCE:
             self._deliver_source_chain(packet.src, now)
+
+    def _resent_after_order(self, now: float) -> None:
+        """The source resent a packet that is ordered already: it missed the ACK that ordered it and knows of no
+        later timestamp, so it has no hole to NACK and goes on resending on its backed-off timer.  The token site
+        passes the token soon (a NULL ACK after ``null_ack_prompt``) instead of after up to ``null_ack_interval``:
+        the NULL ACK names the newest timestamp, and the source NACKs what it missed.  Only the token site answers,
+        once per prompt interval, so a burst of resends costs one packet."""
+        self.stats["resent_after_order"] += 1
+        prompt = now + self.config.null_ack_prompt
+        holding = self.have_token and not (self.frozen or self.departed or self.leaving) and self.pid in self.view
+        if holding and (self.null_deadline is None or self.null_deadline > prompt):
+            self.null_deadline = prompt
 
     # ------------------------------------------------------------------------------------------------------------
     # ACKs and the token
@@ -845,6 +882,9 @@ class GroupEngine(Reformation):
                     self.holds.pop(m, None)
             self.view = new_view
             self.view_sizes.append((nl.ts, new_view.size))
+            if self.pid not in new_view:  # a view without us: its token is not ours to hold or pass
+                self.have_token = False
+                self.null_deadline = None
         self._ask_again_if_lost(now)
         self._token_moved(nl.src, nl.ts, nl.ts, nl.next_site, 0, now)
 
@@ -1033,10 +1073,24 @@ class GroupEngine(Reformation):
             self._learn_holds(confirm.src, pending.last_ts)
             self._pass_confirmed(now)
 
+    def _round_trips(self, initial: float, maximum: float | None = None) -> RttEstimator:
+        return RttEstimator(initial, self.config.rto_min, self.config.rto_max if maximum is None else maximum)
+
     def _start_pass_timer(self, now: float) -> None:
         self._pass_sent_at = now
         self.pass_timer.initial = self.pass_rtt.rto
         self.pass_timer.start(now)
+
+    def _pass_heard_of(self, nack: Nack, now: float) -> None:
+        """A NACK from the member our pending pass names, sent knowing of the pass: the pass arrived, and that member
+        is fetching what it needs before it can accept.  Its confirmation will come after those repairs, so it is no
+        sample of the round trip: one slow repair would otherwise make every lost pass wait that long to be resent.
+        The member is alive, so failure detection counts from here."""
+        pending = self.pass_pending
+        if pending is None or nack.src != pending.next_site or nack.known < pending.ts:
+            return
+        self._pass_sent_at = None
+        self.pass_timer.heard(now)
 
     def _pass_confirmed(self, now: float | None = None) -> None:
         if now is not None and self._pass_sent_at is not None and self.pass_timer.retries == 0:
@@ -1076,7 +1130,7 @@ class GroupEngine(Reformation):
     def _try_accept(self, now: float) -> tuple[int, ProcessId] | None:
         """Accept the token if named and holding everything it requires; returns (ACK ts, previous site)."""
         target = self.accept_target
-        if target is None or self.overrun or not self._holds_through(target[1]):
+        if target is None or self.overrun or self.pid not in self.view or not self._holds_through(target[1]):
             return None
         ack_ts, last_ts, prev, quiet = target
         self.accept_target = None
@@ -1138,13 +1192,34 @@ class GroupEngine(Reformation):
     # NACKs
 
     def _nack_target(self, tries: int) -> ProcessId | None:
+        """The sender of the newest ACK known here: it accepted the token, so it held every packet before its ACK,
+        and it holds what its ACK ordered.  An unanswered NACK most often means the NACK or its answer was lost,
+        so it goes to the same site again; after ``nack_rotate`` tries it names no one and any holder answers
+        (which also gets past a target that has failed)."""
         if tries >= self.config.nack_rotate or self.view.size == 1:
             return None
         base = next((m for m in (self.last_ack_sender, self.token_site) if m in self.view), self.view.members[0])
-        target = self.view.next_after(base, tries)
-        if target == self.pid:
-            target = self.view.next_after(target)
+        target = base if base != self.pid else self.view.next_after(base)
         return target if target != self.pid else None
+
+    def _hole_filled(self, now: float) -> None:
+        """The first missing timestamp moved on: time the NACK that asked for it, and start afresh on the next."""
+        if self._nack_sampling and self._nack_first_at is not None:
+            self.nack_rtt.sample(now - self._nack_first_at)
+        self._nack_contig = self.q.contig
+        self.nack_tries = 0
+        self.nack_deadline = None
+        self._nack_first_at = None
+        self._nack_sampling = False
+
+    def _nack_wait(self) -> float:
+        """How long a new hole waits for its first NACK: long enough for a merely reordered packet to arrive, which
+        on a network whose NACKs are answered within a round trip is about that round trip (the RACK reordering
+        window of TCP is a quarter of one), never more than ``nack_delay``."""
+        srtt = self.nack_rtt.srtt
+        if srtt is None:
+            return self.config.nack_delay
+        return min(self.config.nack_delay, max(self.config.rto_min, srtt))
 
     def _send_nack(self, now: float, *, tail: bool) -> None:
         missing = self.q.missing(256)
@@ -1155,19 +1230,53 @@ class GroupEngine(Reformation):
             self.stall_deadline = now + delay
         else:
             self.nack_deadline = None
-            if not missing:
+            gaps = self._source_gaps(self.config.nack_response_limit) if self.have_token else []
+            if not missing and not gaps:
                 return
             tries = self.nack_tries
             self.nack_tries += 1
-            delay = min(self.config.nack_timeout * (2 ** min(tries, 5)), self.config.rto_max)
+            if tries == 0:
+                self._nack_first_at = now
+            self._nack_sampling = tries == 0
+            # Doubling from the NACK round trip's timeout, up to what doubling nack_timeout five times gives.
+            delay = min(self.nack_rtt.rto * 2 ** tries, self.config.nack_timeout * 32, self.config.rto_max)
             self.nack_deadline = now + delay
+            if gaps and not missing:  # the token site, held up by a packet only its source is sure to hold
+                source = gaps[0][0]
+                target = source if tries < self.config.nack_rotate and source in self.view else None
+                self._emit_nack(now, target, tail=False, missing=missing, data=gaps)
+                return
         target = self._hint_target if tail and self._hint_target is not None else self._nack_target(tries)
         self._emit_nack(now, target, tail=tail, missing=missing)
 
-    def _emit_nack(self, now: float, target: ProcessId | None, *, tail: bool, missing: list[int]) -> None:
+    def _gap_blocked(self) -> bool:
+        """Does this token site hold another source's packets it cannot order yet?  It orders each source's packets
+        in sequence and orders everything it can at once, so anything left unordered waits for a packet missing
+        here (lost, or still on its way)."""
+        return self.have_token and any(src != self.pid for src in self.unordered)
+
+    def _source_gaps(self, limit: int) -> list[tuple[ProcessId, int]]:
+        """(src, seq) of packets this token site knows exist, because it holds later ones from the same source,
+        but does not hold.  Only the token site asks for them (in a NACK's ``data``, naming the source): every
+        other member learns of them from the ACK that orders them, and the source otherwise resends them only
+        when its retransmission timer, backed off under loss, expires."""
+        gaps: list[tuple[ProcessId, int]] = []
+        for src, seqs in self.unordered.items():
+            if src == self.pid or not seqs:
+                continue
+            for seq in range(self.ordered_upto.get(src, 0) + 1, max(seqs)):
+                if (src, seq) not in self.data:
+                    gaps.append((src, seq))
+                    if len(gaps) >= limit:
+                        return gaps
+        return gaps
+
+    def _emit_nack(self, now: float, target: ProcessId | None, *, tail: bool, missing: list[int],
+                   data: list[tuple[ProcessId, int]] | None = None) -> None:
         for ts in missing:
             self.q.slots[ts].state = SlotState.REQUESTED
-        nack = Nack(self.view.view_id, self.pid, target, self.q.contig, self.q.high, tail, tuple(missing), ())
+        nack = Nack(self.view.view_id, self.pid, target, self.q.contig, self.q.high, tail, tuple(missing),
+                    tuple(data or ()))
         self.stats["tail_nacks_sent" if tail else "nacks_sent"] += 1
         self._multicast(nack, now)
 
@@ -1175,6 +1284,7 @@ class GroupEngine(Reformation):
         """Resend what a NACK asks for.  A NACK naming this process is answered by multicast (others likely lack the
         same packets); a tail NACK, or one naming no one (which every holder answers), only to the requester."""
         self._nacked_own(nack, now)
+        self._pass_heard_of(nack, now)
         if nack.target is not None and nack.target != self.pid:
             return
         self.stats["nacks_answered"] += 1
@@ -1199,9 +1309,10 @@ class GroupEngine(Reformation):
                 self._unicast(nack.src, packet, now)
             return
         # Several members often NACK one hole within a few ms, before the first answer reached them; one multicast
-        # answers them all.  A requester whose copy was lost asks again after its NACK timeout, past this window.
+        # answers them all.  A requester whose copy was lost asks again after its NACK timeout, past this window
+        # (half of ours: NACKs here and there are timed from round trips on the same network).
         recent = self._multicast_resends
-        window = self.config.nack_timeout / 2
+        window = self.nack_rtt.rto / 2
         if len(recent) > 4 * self.config.nack_response_limit:
             self._multicast_resends = recent = {k: t for k, t in recent.items() if now - t < window}
         for key, packet in found:
@@ -1473,17 +1584,13 @@ class GroupEngine(Reformation):
             break
         self._free_stable()
         # NACK holes; the first NACK waits a little so reordering alone does not cause one.
-        if q.contig < q.high:
-            if q.contig != self._nack_contig:
-                self._nack_contig = q.contig
-                self.nack_tries = 0
-                self.nack_deadline = now + self.config.nack_delay
-            elif self.nack_deadline is None:
-                self.nack_deadline = now + self.config.nack_delay
+        if q.contig != self._nack_contig:
+            self._hole_filled(now)
+        if q.contig < q.high or self._gap_blocked():
+            if self.nack_deadline is None:
+                self.nack_deadline = now + self._nack_wait()
         else:
-            self._nack_contig = q.contig
             self.nack_deadline = None
-            self.nack_tries = 0
         # Stall: undelivered messages, or own packets waiting to be ordered, and no new ACK for a while.  The
         # latter alone is how the ring's survivors notice a lost token (the token site passed it to a member that
         # had just crashed, then crashed too): the data timer, from the ordering time under load, took 12 s.

@@ -17,11 +17,13 @@ from collections import deque
 
 
 class RttEstimator:
-    """Smoothed round-trip time and its mean deviation; ``rto`` = srtt + 4 * rttvar, clamped."""
+    """Smoothed round-trip time and its mean deviation; ``rto`` = srtt + 4 * rttvar, clamped, or ``initial`` until
+    the first sample."""
 
-    __slots__ = ("maximum", "minimum", "rttvar", "srtt")
+    __slots__ = ("initial", "maximum", "minimum", "rttvar", "srtt")
 
-    def __init__(self, minimum: float, maximum: float) -> None:
+    def __init__(self, initial: float, minimum: float, maximum: float) -> None:
+        self.initial = initial
         self.minimum = minimum
         self.maximum = maximum
         self.srtt: float | None = None
@@ -39,7 +41,7 @@ class RttEstimator:
     @property
     def rto(self) -> float:
         if self.srtt is None:
-            return self.minimum
+            return self.initial
         return min(self.maximum, max(self.minimum, self.srtt + 4 * self.rttvar))
 
 

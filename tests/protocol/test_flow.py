@@ -22,7 +22,7 @@ def window(**kw: int) -> SendWindow:
 
 
 def test_rto_follows_the_round_trip_and_its_variance_within_bounds() -> None:
-    rtt = RttEstimator(0.005, 2.0)
+    rtt = RttEstimator(0.005, 0.001, 2.0)
     assert rtt.rto == 0.005  # no sample yet
     rtt.sample(0.1)
     assert rtt.srtt == 0.1 and abs(rtt.rto - 0.3) < 1e-9  # srtt + 4 * (rtt / 2)

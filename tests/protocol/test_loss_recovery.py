@@ -1,0 +1,127 @@
+"""Recovering from loss without waiting on long timers: what keeps a lossy ring moving (docs/protocol.md, "Loss").
+
+Each test makes one kind of loss happen once and checks that the ring repairs it through the rule under test,
+well before the timer that would otherwise have repaired it.
+"""
+
+from __future__ import annotations
+
+from rmpd.protocol.config import EngineConfig
+from rmpd.protocol.packets import Ack, Data, Nack, encode
+
+from .harness import Ring
+
+
+def test_a_source_resending_an_ordered_packet_makes_the_token_site_pass_the_token_at_once() -> None:
+    """A source that missed the ACK ordering its packet knows of no hole and only resends; on a quiet ring nobody
+    would tell it for a whole ``null_ack_interval``.  The token site answers the resend with a prompt NULL ACK."""
+    ring = Ring(3, EngineConfig(journal=True, null_ack_interval=10.0))
+    c = ring.pids[2]
+    ring.send(2, b"from-c")
+    ring.advance(0.2)
+    assert all(ring.delivered(i) == [b"from-c"] for i in range(3))
+    holder = next(i for i in range(3) if ring[i].have_token)
+    assert ring[holder].null_deadline is None, "the ring went quiet: the token stays where it is"
+    resend = next(p for s, _, p in ring.log if s == c and isinstance(p, Data))
+    resends_seen = ring[holder].stats["resent_after_order"]
+    ring.engines[ring.pids[holder]].receive_datagram(encode(resend), c, ring.now)
+    ring._collect(ring.pids[holder])
+    before = len(ring.log)
+    ring.advance(0.01, step=0.001)
+    passes = [p for s, _, p in ring.log[before:] if s == ring.pids[holder] and isinstance(p, Ack)]
+    assert passes and not passes[0].ids, "a NULL ACK, within null_ack_prompt, not null_ack_interval"
+    assert ring[holder].stats["resent_after_order"] == resends_seen + 1
+
+
+def test_the_token_site_asks_the_source_for_a_packet_it_knows_exists() -> None:
+    """The token site holds a source's second packet but lost its first: it cannot order either (a source's packets
+    are ordered in sequence), and no ACK names the first, so only the source's retransmission timer would bring it.
+    The token site NACKs it by (src, seq), naming the source, and orders both long before that timer."""
+    ring = Ring(3, EngineConfig(journal=True, rto_initial=1.0))  # the source would resend after a second
+    a, c = ring.pids[0], ring.pids[2]
+    first = ring.send(2, b"one")
+    dropped: list[Data] = []
+
+    def lose_first_copy(src: str, dst: str, p: object) -> bool:
+        if src == c and dst == a and isinstance(p, Data) and p.seq == first and not dropped:
+            dropped.append(p)
+            return True
+        return False
+
+    ring.drop = lose_first_copy
+    ring.flush()
+    ring.send(2, b"two")
+    ordered = ring.advance_until(lambda: ring.delivered(0) == [b"one", b"two"], 0.5)
+    assert dropped and ordered is not None and ordered < 0.1, ordered
+    asks = [p for s, _, p in ring.log if s == a and isinstance(p, Nack) and p.data]
+    assert asks and asks[0].target == c and (c, first) in asks[0].data
+
+
+def test_a_confirmation_after_a_repair_is_no_round_trip_sample() -> None:
+    """The next token site NACKs what an ACK ordered before it can accept: the pass arrived.  The confirmation
+    comes only after the repair, so it is not taken as a round trip: one slow repair would otherwise make every
+    lost pass wait that long to be resent."""
+    ring = Ring(3, EngineConfig(journal=True, nack_delay=0.001, rto_initial=0.05))  # the pass is not resent
+    b = ring.pids[1]
+    held_back_until = 0.015
+
+    def late_to_b(src: str, dst: str, p: object) -> bool:
+        return dst == b and isinstance(p, Data) and ring.now < held_back_until  # the source's copy and resends
+
+    ring.drop = late_to_b
+    ring.send(2, b"from-c")
+    ring.flush()
+    assert ring[1].accept_target is not None and not ring[1].have_token
+    accepted = ring.advance_until(lambda: ring[1].accepted_ts >= 1, 1.0)
+    assert accepted is not None and accepted >= held_back_until
+    assert any(s == b and isinstance(p, Nack) for s, _, p in ring.log)
+    ring.advance(0.01)
+    assert ring[0].pass_pending is None and ring[0].stats["ack_retransmits"] == 0, "confirmed, never resent"
+    assert ring[0].pass_rtt.srtt is None, "the only pass so far was confirmed after a repair"
+
+
+def test_nack_timing_follows_the_round_trip_of_answered_nacks() -> None:
+    """Before any NACK was answered a hole waits ``nack_delay``; once answered NACKs show a round trip, a hole
+    waits about that round trip (at least ``rto_min``) and an unanswered NACK is resent after its timeout."""
+    config = EngineConfig(journal=True)
+    ring = Ring(3, config)
+    b, c = ring.pids[1], ring.pids[2]
+    engine = ring[2]
+    assert engine._nack_wait() == config.nack_delay
+    lost: set[int] = set()
+
+    def lose_each_first_copy(src: str, dst: str, p: object) -> bool:
+        if src == b and dst == c and isinstance(p, Data) and p.seq not in lost:
+            lost.add(p.seq)
+            return True
+        return False
+
+    ring.drop = lose_each_first_copy
+    for n in range(6):
+        ring.send(1, b"m%d" % n)
+        assert ring.advance_until(lambda n=n: len(ring.delivered(2)) == n + 1, 1.0) is not None
+    assert engine.nack_rtt.srtt is not None and engine.nack_rtt.srtt < config.nack_delay
+    assert engine._nack_wait() == max(config.rto_min, engine.nack_rtt.srtt) < config.nack_delay
+    assert engine.nack_rtt.rto < config.nack_timeout
+
+
+def test_failure_detection_keeps_its_time_when_round_trips_are_short() -> None:
+    """Timers that start from a short measured round trip reach ``fail_retries`` expiries in about a second; a
+    failure is still declared only ``fail_after`` (4.5 s) after the first unanswered pass, as the paper's "within
+    5 seconds" for nearby sites."""
+    ring = Ring(3)
+    a, b = ring.pids[0], ring.pids[1]
+    for n in range(6):  # the token goes round: passes are confirmed within a step, so the pass timer shrinks
+        ring.send(n % 3, b"warm-%d" % n)
+        ring.advance(0.02, step=0.001)
+    assert ring[0].pass_rtt.srtt is not None and ring[0].pass_rtt.rto < ring[0].config.rto_initial
+    ring.drop = lambda src, dst, p: b in (src, dst)  # B has crashed
+    while not ring[0].have_token:
+        ring.advance(0.001, step=0.001)
+    ring.send(0, b"x")
+    ring.flush()  # A orders and passes the token to B
+    first_pass = ring.now
+    suspected_at = ring.advance_until(lambda: ring[0].stats["failures_suspected"] > 0, 10.0)
+    assert suspected_at is not None and 4.5 <= suspected_at - first_pass <= 4.6, suspected_at
+    passes = [p for s, _, p in ring.log if s == a and isinstance(p, Ack) and p.ids and p.next_site == b]
+    assert len(passes) > 10, "more expiries than fail_retries: they start from the short round trip"

@@ -12,8 +12,8 @@ class EngineConfig:
     a round trip has been measured."""
     rto_min: float = 0.001
     """Timers computed from measured round trips (token passes, own data, NACKs) never go below this.  A round trip
-    between nearby hosts is well under a millisecond, and under loss the ring waits on these timers: with every
-    wait at least 5 ms, 20% loss cut a 3-member ring to a tenth of its loss-free goodput in simulation."""
+    between nearby hosts is well under a millisecond, and under loss the ring waits on these timers: with a 5 ms
+    floor a lost token pass or NACK answer cost many round trips each (docs/protocol.md)."""
     rto_max: float = 2.0
     """Exponential back-off is clamped here (RMP paper, section 4.6)."""
     null_ack_interval: float = 1.0

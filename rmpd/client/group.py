@@ -7,7 +7,7 @@ so programs can switch between talking to the local daemon and being an RMP proc
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Protocol
 
 import trio
@@ -41,6 +41,8 @@ class Group:
         self._calls: dict[int, tuple[trio.MemorySendChannel[CallRequest], trio.MemoryReceiveChannel[CallRequest]]] = {}
         self.unread_calls_dropped = 0
         """Calls that arrived while EVENT_BUFFER calls for their handler were already waiting to be read."""
+        self._caught_up: Callable[[], None] | None = None
+        self._caught_up_at = 0
 
     # Feeding (by the backend)
 
@@ -54,6 +56,14 @@ class Group:
         if isinstance(event, ViewChange):
             self.view, self._members = event.view, list(event.members)
         await self._events.put_many((event,))
+
+    def _feed_over(self, event: Event) -> int:
+        """Queue an event even past EVENT_BUFFER; the number queued (the embedded node then slows the group)."""
+        return self._events.put_over(event)
+
+    def _when_caught_up(self, backlog: int, callback: Callable[[], None]) -> None:
+        """Call ``callback`` once, from the reader, when no more than ``backlog`` events are left to read."""
+        self._caught_up_at, self._caught_up = backlog, callback
 
     async def _feed_deliveries(self, deliveries: list[Delivery]) -> None:
         """Queue a frame's deliveries at once, waiting while the buffer is full."""
@@ -122,4 +132,7 @@ class Group:
             raise StopAsyncIteration from None
         if isinstance(item, RmpdError):
             raise item
+        if self._caught_up is not None and len(self._events) <= self._caught_up_at:
+            callback, self._caught_up = self._caught_up, None
+            callback()
         return item

@@ -16,6 +16,7 @@ import trio
 
 from rmpd.daemon.auth import DatagramGuard, load_key_file
 from rmpd.daemon.config import interface_address, loopback_interface
+from rmpd.daemon.hub import OVERRUN_GRACE
 from rmpd.daemon.journal import FlushingJournal
 from rmpd.daemon.shell import ProcessShell
 from rmpd.protocol.config import EngineConfig
@@ -31,7 +32,7 @@ from rmpd.protocol.qos import QoS
 from .batching import SendBatch
 from .errors import RmpdError
 from .events import CallRequest, Delivery, ViewChange
-from .group import Group
+from .group import EVENT_BUFFER, Group
 
 
 class _Wait:
@@ -68,6 +69,8 @@ class Node:
         self._locks: dict[tuple[str, int, str], deque[_Wait]] = defaultdict(deque)
         self._calls: dict[int, tuple[trio.Event, list[CallAnswered]]] = {}
         self._batches: dict[tuple[str, QoS, int | None], SendBatch] = {}
+        self._overrun: dict[str, float] = {}
+        """Groups not accepting the token because their reader is behind, with since when."""
         self._cm = None
 
     @property
@@ -81,6 +84,7 @@ class Node:
                                    address_range=self._range, ttl=self._ttl, multicast=self._multicast,
                                    journal=journal, guard=self._guard)
         self._shell.on_event = self._on_event
+        self._shell.after_drain.append(self._check_overrun)
         self._cm = trio.open_nursery()
         nursery = await self._cm.__aenter__()
         await nursery.start(self._shell.run)
@@ -230,6 +234,31 @@ class Node:
         self._groups.pop(group, None)
         await trio.lowlevel.checkpoint()
 
+    # A reader behind: section 4.6
+
+    def _check_overrun(self) -> None:
+        """After each drain: a group whose reader has EVENT_BUFFER events unread stops accepting the token until the
+        reader is down to half of that (as the daemon does for its clients), instead of dropping deliveries; a
+        reader still behind after OVERRUN_GRACE is cut off as a slow consumer, since the ring waits for it."""
+        shell = self._require()
+        now = trio.current_time()
+        for name, group in list(self._groups.items()):
+            since = self._overrun.get(name)
+            if group._events.closed:
+                continue
+            if since is None:
+                if len(group._events) >= EVENT_BUFFER:
+                    self._overrun[name] = now
+                    group._when_caught_up(EVENT_BUFFER // 2, lambda name=name: self._caught_up(name))
+                    shell.set_overrun(name, True)
+            elif now - since > OVERRUN_GRACE:
+                group._end(RmpdError("slow-consumer", f"the reader of {name!r} fell too far behind"))
+                self._caught_up(name)
+
+    def _caught_up(self, name: str) -> None:
+        if self._overrun.pop(name, None) is not None and self._shell is not None:
+            self._shell.set_overrun(name, False)
+
     # Engine events -> Group events
 
     def _on_event(self, event: EngineEvent) -> None:
@@ -246,10 +275,10 @@ class Node:
                                              event.group, str(event.view), self._reply))
             return
         if isinstance(event, EngineDelivery):
-            if group is not None and not group._feed(Delivery(
+            if group is not None:
+                group._feed_over(Delivery(
                     payload=event.payload, source=event.src, seq=event.seq, qos=event.qos, timestamp=event.ts,
-                    view=str(event.view), group=event.group, handler=event.handler, index=event.index)):
-                group._end(RmpdError("slow-consumer", f"the reader of {event.group!r} fell too far behind"))
+                    view=str(event.view), group=event.group, handler=event.handler, index=event.index))
         elif isinstance(event, ViewInstalled):
             if group is not None:
                 group._feed(ViewChange(str(event.view), tuple(event.members), event.group))

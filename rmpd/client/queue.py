@@ -8,7 +8,8 @@ up the CPU.  ``get`` stays a cancellation point on every call, and still yields 
 
 The bound is in events: a backend that may wait (:meth:`put_many`) waits while the queue holds ``limit`` or more,
 so a slow reader slows the connection (and, through the daemon's overrun rule, the ring); one that may not
-(:meth:`put_nowait`) is told the queue is full.
+(:meth:`put_nowait`) is told the queue is full, or queues past the bound (:meth:`put_over`) and slows the ring
+itself.
 """
 
 from __future__ import annotations
@@ -52,6 +53,15 @@ class EventQueue(Generic[T]):
         self._items.append(item)
         self._getters.unpark_all()
         return True
+
+    def put_over(self, item: T) -> int:
+        """Queue one event even past the bound (dropped once closed); the number of events queued.  For a backend
+        that cannot wait and must not drop what the group delivered: it slows the group itself once the queue is
+        long (the embedded node's overrun rule), and the protocol bounds what still arrives meanwhile."""
+        if not self._closed:
+            self._items.append(item)
+            self._getters.unpark_all()
+        return len(self._items)
 
     async def put_many(self, items: Sequence[T]) -> None:
         """Queue events in order, waiting while the queue is full (dropped once it is closed)."""

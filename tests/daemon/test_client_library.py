@@ -6,6 +6,7 @@ import pytest
 import trio
 
 import rmpd
+from rmpd.client.group import EVENT_BUFFER
 from rmpd.protocol.config import EngineConfig
 
 
@@ -125,3 +126,37 @@ async def test_concurrent_sends_of_an_embedded_node_are_packed_and_an_oversized_
             assert [(d.seq, d.index) for d in got] == sorted((d.seq, d.index) for d in got)
             assert len({d.seq for d in got}) < 40  # sent together: packed
             assert {seqs[int.from_bytes(d.payload[:2], "big")] for d in got} == {d.seq for d in got}
+
+
+async def test_an_embedded_reader_that_falls_behind_slows_the_group_and_loses_nothing(loopback_multicast) -> None:
+    """Section 4.6 for embedded members: with EVENT_BUFFER deliveries unread, the node stops accepting the token
+    (the ring waits) instead of ending the group; once the reader catches up, everything arrives in order."""
+    config = EngineConfig(request_interval=0.05, join_retries=2)
+    total = EVENT_BUFFER + EVENT_BUFFER // 2
+    with trio.fail_after(120):
+        async with rmpd.Node(interface="lo", port=0, config=config) as reader_node, \
+                rmpd.Node(interface="lo", port=0, config=config) as sender_node:
+            slow = await reader_node.join("behind")
+            fast = await sender_node.join("behind", existing_only=True)
+            while len(await slow.members()) < 2:
+                await trio.sleep(0.01)
+
+            async def send_all() -> None:
+                for i in range(total):
+                    await fast.send(b"%d" % i)
+
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(send_all)
+                while len(slow._events) < EVENT_BUFFER:  # nobody reads yet
+                    await trio.sleep(0.005)
+                assert "behind" in reader_node._overrun, "the reader is behind: the node holds the ring back"
+                await trio.sleep(0.2)  # still not reading
+                assert len(slow._events) < total, "the ring waited instead of delivering everything"
+                got = []
+                async for event in slow:
+                    if isinstance(event, rmpd.Delivery):
+                        got.append(int(event.payload))
+                        if len(got) == total:
+                            break
+            assert got == list(range(total))
+            assert "behind" not in reader_node._overrun

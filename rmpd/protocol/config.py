@@ -34,11 +34,16 @@ class EngineConfig:
     window_packets: int = 64
     """Own packets in flight (sent, not yet ordered) at most, whatever the byte window allows."""
     min_packet: int = 8192
-    """MIN_PACKET of figure 4.2: the window never shrinks below it, and packing always allows this much.  A
-    one-kilobyte floor left a sender one packet in flight under steady loss (a fifth of its loss-free goodput in
-    simulation at 20% loss); eight kilobytes keeps packets packed and the ring busy."""
+    """MIN_PACKET of figure 4.2: packets shrink with the window (to half of it) down to this size, and packing
+    always allows this much; the window floor (``min_window``) is never below it."""
     max_packet: int = 16384
     """MAX_PACKET of figure 4.2: packing gathers small messages into packets of at most this many bytes."""
+    min_window: int = 0
+    """A cut never takes the send window below this; 0 means two of the largest packets (2 * ``max_packet``), as
+    TCP never sets its slow-start threshold below two segments (RFC 5681).  Random loss cuts the window about
+    once per round trip, so it sits at this floor: at ``min_packet`` (half a packet) a sender had one packet in
+    flight per token pass and 20% loss kept under a tenth of its loss-free goodput on namespace hosts
+    (docs/benchmarks.md)."""
     max_message: int = 16 * 1024 * 1024
     """Largest application message; larger than ``max_packet``, it travels as fragments and is delivered whole."""
     initial_window: int = 65536

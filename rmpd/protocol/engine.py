@@ -233,6 +233,7 @@ class GroupEngine(Reformation):
         self.send_queue: deque[Queued] = deque()
         self.rto = Backoff(self.config.rto_initial, self.config.rto_max, self.config.fail_after)
         self.window = SendWindow(min_packet=self.config.min_packet, max_packet=self.config.max_packet,
+                                 min_window=self.config.min_window or 2 * self.config.max_packet,
                                  initial=self.config.initial_window, max_window=self.config.max_window)
         self.data_rtt = self._round_trips(self.config.rto_initial)
         """Send -> ordering time of our own packets: the data retransmission timer."""

@@ -2,9 +2,10 @@
 
 Each sender keeps a window of bytes it may have in transit (sent but not yet ordered by an ACK).  The window grows
 by slow start (by the bytes of each packet the first time an ACK orders it, so it doubles per round trip) up to a
-threshold and linearly after, and is halved when a retransmission timer expires or when a NACK names one of this
-sender's packets: NACKs are how overrun receivers tell senders to slow down.  A cache of the last three NACKed
-sequence numbers keeps several NACKs for one loss from halving it several times.
+threshold and by one packet per round trip after, and is halved when a retransmission timer expires or when a NACK
+names one of this sender's packets: NACKs are how overrun receivers tell senders to slow down.  A cache of the
+last three NACKed sequence numbers keeps several NACKs for one loss from halving it several times, and a cut never
+takes the window below two of the largest packets (as TCP's threshold never goes below two segments).
 
 Timers for packets that need a positive acknowledgement come from a round-trip estimate (mean and mean deviation,
 as in TCP), so that a loaded ring does not look like a lossy one; samples are taken only from packets sent once
@@ -48,11 +49,15 @@ class RttEstimator:
 class SendWindow:
     """Bytes this sender may have in transit; see the module docstring for how it moves."""
 
-    __slots__ = ("cut_at", "in_flight", "max_packet", "max_window", "min_packet", "nacked", "threshold", "window")
+    __slots__ = ("cut_at", "in_flight", "max_packet", "max_window", "min_packet", "min_window", "nacked",
+                 "threshold", "window")
     # in_flight: bytes of our packets sent and not yet ordered (the engine adds and removes them).
 
-    def __init__(self, *, min_packet: int, max_packet: int, initial: int, max_window: int) -> None:
+    def __init__(self, *, min_packet: int, max_packet: int, initial: int, max_window: int,
+                 min_window: int = 0) -> None:
+        """``min_window``: what a cut never takes the window below (at least ``min_packet``)."""
         self.min_packet = min_packet
+        self.min_window = max(min_window, min_packet)
         self.max_packet = max_packet
         self.max_window = max_window
         self.window = max(initial, min_packet)
@@ -85,17 +90,17 @@ class SendWindow:
         if self.window < self.threshold:
             self.window += size  # slow start: doubles per round trip
         else:
-            self.window += max(1, self.min_packet * size // self.window)  # then linear
+            self.window += max(1, self.packet_limit() * size // self.window)  # then a packet per round trip
         self.window = min(self.window, self.max_window)
 
     def congested(self, now: float, round_trip: float) -> bool:
-        """A retransmission timer expired: halve (never below one minimum packet), unless the window was already
+        """A retransmission timer expired: halve (never below ``min_window``), unless the window was already
         halved less than one round trip ago, since every packet in flight then may time out for the same loss
         (as TCP cuts once per loss event).  True if halved."""
         if self.cut_at is not None and now - self.cut_at < round_trip:
             return False
         self.cut_at = now
-        self.window = max(self.min_packet, self.window // 2)
+        self.window = max(self.window // 2, min(self.window, self.min_window))
         self.threshold = self.window
         return True
 

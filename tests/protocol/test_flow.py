@@ -45,8 +45,9 @@ def test_slow_start_doubles_per_round_then_grows_linearly() -> None:
     for _ in range(8):
         w.ordered(1000)
     assert w.window == 16000
+    packet = w.packet_limit()
     w.ordered(1000)
-    assert w.window == 16000 + 1000 * 1000 // 16000  # linear once past the threshold
+    assert w.window == 16000 + packet * 1000 // 16000  # past the threshold: one packet per window ordered
 
 
 def test_timeouts_halve_the_window_once_per_round_trip_never_below_one_minimum_packet() -> None:
@@ -57,6 +58,23 @@ def test_timeouts_halve_the_window_once_per_round_trip_never_below_one_minimum_p
     for i in range(10):
         w.congested(2.0 + i, 0.1)
     assert w.window == 1000
+
+
+def test_cuts_stop_at_the_window_floor_and_never_raise_a_smaller_window() -> None:
+    w = window(initial=64000, min_window=32000)
+    for i in range(5):
+        w.congested(1.0 + i, 0.1)
+    assert w.window == 32000, "two 16000-byte packets stay in flight under repeated loss"
+    small = window(initial=4000, min_window=32000)
+    assert small.congested(1.0, 0.1) and small.window == 4000, "a cut never grows the window"
+
+
+def test_the_engine_floor_is_two_of_the_largest_packets_by_default() -> None:
+    ring = Ring(2, EngineConfig(max_packet=16000, initial_window=64000, journal=True))
+    w = ring[0].window
+    for i in range(6):
+        w.congested(1.0 + i, 0.1)
+    assert w.window == 32000
 
 
 def test_a_nack_halves_once_per_lost_packet_remembering_the_last_three() -> None:
@@ -97,7 +115,7 @@ def test_engine_keeps_its_bytes_in_flight_within_the_window() -> None:
 
 
 def test_a_nack_for_our_packet_halves_the_window_once() -> None:
-    ring = Ring(3, EngineConfig(initial_window=64000, journal=True))
+    ring = Ring(3, EngineConfig(initial_window=64000, min_window=1000, journal=True))
     sender = ring[1]
     ring.send(1, b"x", QoS.TOTAL)
     ring.advance(0.5)

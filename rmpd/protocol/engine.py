@@ -1192,15 +1192,18 @@ class GroupEngine(Reformation):
     # ------------------------------------------------------------------------------------------------------------
     # NACKs
 
-    def _nack_target(self, tries: int) -> ProcessId | None:
+    def _nack_target(self, tries: int, *, tail: bool = False) -> ProcessId | None:
         """The sender of the newest ACK known here: it accepted the token, so it held every packet before its ACK,
-        and it holds what its ACK ordered.  An unanswered NACK most often means the NACK or its answer was lost,
-        so it goes to the same site again; after ``nack_rotate`` tries it names no one and any holder answers
-        (which also gets past a target that has failed)."""
+        and it holds what its ACK ordered.  An unanswered NACK for those packets most often means the NACK or its
+        answer was lost, so it goes to the same site again.  A tail NACK asks for what comes after the newest ACK
+        known here, which that site may have missed too, so it goes round the ring from there.  After
+        ``nack_rotate`` tries a NACK names no one and any holder answers (which also gets past a failed target)."""
         if tries >= self.config.nack_rotate or self.view.size == 1:
             return None
         base = next((m for m in (self.last_ack_sender, self.token_site) if m in self.view), self.view.members[0])
-        target = base if base != self.pid else self.view.next_after(base)
+        target = self.view.next_after(base, tries) if tail else base
+        if target == self.pid:
+            target = self.view.next_after(target)
         return target if target != self.pid else None
 
     def _hole_filled(self, now: float) -> None:
@@ -1247,7 +1250,7 @@ class GroupEngine(Reformation):
                 target = source if tries < self.config.nack_rotate and source in self.view else None
                 self._emit_nack(now, target, tail=False, missing=missing, data=gaps)
                 return
-        target = self._hint_target if tail and self._hint_target is not None else self._nack_target(tries)
+        target = self._hint_target if tail and self._hint_target is not None else self._nack_target(tries, tail=tail)
         self._emit_nack(now, target, tail=tail, missing=missing)
 
     def _gap_blocked(self) -> bool:

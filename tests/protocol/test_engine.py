@@ -383,3 +383,14 @@ def test_one_multicast_answers_several_nacks_for_the_same_hole() -> None:
     ring.now += holder.nack_rtt.rto
     assert holder.nack_rtt.rto < holder.config.nack_timeout / 2
     assert nack_from(d) == first, "the window is half the NACK timeout, which follows the round trip"
+
+
+def test_a_tail_nack_goes_round_the_ring_a_hole_nack_stays_with_the_ack_sender() -> None:
+    """A hole NACK asks for what the newest known ACK ordered: its sender holds it.  A tail NACK asks for what came
+    after that ACK, which its sender may have missed as well, so an unanswered one asks the next member."""
+    ring = Ring(4)
+    a, b, c, _ = ring.pids
+    engine = ring[3]
+    engine.last_ack_sender = b
+    assert [engine._nack_target(t) for t in range(4)] == [b, b, b, None]
+    assert [engine._nack_target(t, tail=True) for t in range(4)] == [b, c, a, None]

@@ -253,9 +253,8 @@ class GroupEngine(Reformation):
         self.nack_rtt = self._round_trips(self.config.nack_timeout, maximum=self.config.nack_timeout)
         """First NACK for a hole -> the hole filled: how soon to NACK a hole, and to NACK it again."""
         self._nack_first_at: float | None = None
-        """When the current hole was first NACKed (None: not yet); ``_nack_sampling`` while no NACK for it was
-        resent, so its answer times the round trip (Karn's rule)."""
-        self._nack_sampling = False
+        """When the current hole was first NACKed (None: not yet); its answer times the round trip only while that
+        NACK was not resent (``nack_tries`` is 1: Karn's rule)."""
         self._multicast_resends: dict[tuple[int, ProcessId | None, int], float] = {}
         """When each packet was last multicast again for a NACK, keyed by (timestamp, None, 0) for what the
         OrderingQ holds and (-1, src, seq) for unordered data: see ``_on_nack``."""
@@ -1208,13 +1207,12 @@ class GroupEngine(Reformation):
 
     def _hole_filled(self, now: float) -> None:
         """The first missing timestamp moved on: time the NACK that asked for it, and start afresh on the next."""
-        if self._nack_sampling and self._nack_first_at is not None:
+        if self.nack_tries == 1 and self._nack_first_at is not None:
             self.nack_rtt.sample(now - self._nack_first_at)
         self._nack_contig = self.q.contig
         self.nack_tries = 0
         self.nack_deadline = None
         self._nack_first_at = None
-        self._nack_sampling = False
 
     def _nack_wait(self) -> float:
         """How long a new hole waits for its first NACK: long enough for a merely reordered packet to arrive, which
@@ -1227,6 +1225,7 @@ class GroupEngine(Reformation):
 
     def _send_nack(self, now: float, *, tail: bool) -> None:
         missing = self.q.missing(256)
+        gaps: list[tuple[ProcessId, int]] = []
         if tail:
             tries = self.stall_tries
             self.stall_tries += 1
@@ -1234,24 +1233,26 @@ class GroupEngine(Reformation):
             self.stall_deadline = now + delay
         else:
             self.nack_deadline = None
-            gaps = self._source_gaps(self.config.nack_response_limit) if self.have_token else []
+            # Without holes, the token site may be held up by a packet only its source is sure to hold.
+            if self.have_token and not missing:
+                gaps = self._source_gaps(self.config.nack_response_limit)
             if not missing and not gaps:
                 return
             tries = self.nack_tries
             self.nack_tries += 1
             if tries == 0:
                 self._nack_first_at = now
-            self._nack_sampling = tries == 0
             # Doubling from the NACK round trip's timeout, up to what doubling nack_timeout five times gives.
             delay = min(self.nack_rtt.rto * 2 ** tries, self.config.nack_timeout * 32, self.config.rto_max)
             self.nack_deadline = now + delay
-            if gaps and not missing:  # the token site, held up by a packet only its source is sure to hold
-                source = gaps[0][0]
-                target = source if tries < self.config.nack_rotate and source in self.view else None
-                self._emit_nack(now, target, tail=False, missing=missing, data=gaps)
-                return
-        target = self._hint_target if tail and self._hint_target is not None else self._nack_target(tries, tail=tail)
-        self._emit_nack(now, target, tail=tail, missing=missing)
+        if gaps:
+            source = gaps[0][0]
+            target = source if tries < self.config.nack_rotate and source in self.view else None
+        elif tail and self._hint_target is not None:
+            target = self._hint_target
+        else:
+            target = self._nack_target(tries, tail=tail)
+        self._emit_nack(now, target, tail=tail, missing=missing, data=gaps)
 
     def _gap_blocked(self) -> bool:
         """Does this token site hold another source's packets it cannot order yet?  It orders each source's packets

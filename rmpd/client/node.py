@@ -25,13 +25,14 @@ from rmpd.protocol.events import CallAnswered, JoinFailed, Left, LockResult, Vie
 from rmpd.protocol.events import CallRequest as EngineCallRequest
 from rmpd.protocol.events import Delivery as EngineDelivery
 from rmpd.protocol.events import Event as EngineEvent
+from rmpd.protocol.ids import view_name
 from rmpd.protocol.naming import DEFAULT_RANGE
 from rmpd.protocol.process import NotMember
 from rmpd.protocol.qos import QoS
 
 from .batching import SendBatch
 from .errors import RmpdError
-from .events import CallRequest, Delivery, ViewChange
+from .events import CallRequest, ViewChange, make_delivery
 from .group import EVENT_BUFFER, Group
 
 
@@ -262,6 +263,12 @@ class Node:
     # Engine events -> Group events
 
     def _on_event(self, event: EngineEvent) -> None:
+        if isinstance(event, EngineDelivery):  # the common case first: one per delivered message
+            group = self._groups.get(event.group)
+            if group is not None:
+                group._feed_over(make_delivery(event.payload, event.src, event.seq, event.qos, event.ts,
+                                               view_name(event.view), event.group, event.handler, event.index))
+            return
         if isinstance(event, CallAnswered):
             entry = self._calls.get(event.call_id)
             if entry is not None:
@@ -274,12 +281,7 @@ class Node:
                 group._feed_call(CallRequest(event.payload, event.caller, event.conn, event.stamp, event.handler,
                                              event.group, str(event.view), self._reply))
             return
-        if isinstance(event, EngineDelivery):
-            if group is not None:
-                group._feed_over(Delivery(
-                    payload=event.payload, source=event.src, seq=event.seq, qos=event.qos, timestamp=event.ts,
-                    view=str(event.view), group=event.group, handler=event.handler, index=event.index))
-        elif isinstance(event, ViewInstalled):
+        if isinstance(event, ViewInstalled):
             if group is not None:
                 group._feed(ViewChange(str(event.view), tuple(event.members), event.group))
             for wait in self._joins.pop(event.group, []):

@@ -51,7 +51,8 @@ class EventQueue(Generic[T]):
         if self._closed or len(self._items) >= self._limit:
             return False
         self._items.append(item)
-        self._getters.unpark_all()
+        if self._getters:  # unpark_all costs more than asking; a busy reader is rarely parked
+            self._getters.unpark_all()
         return True
 
     def put_over(self, item: T) -> int:
@@ -60,7 +61,8 @@ class EventQueue(Generic[T]):
         long (the embedded node's overrun rule), and the protocol bounds what still arrives meanwhile."""
         if not self._closed:
             self._items.append(item)
-            self._getters.unpark_all()
+            if self._getters:
+                self._getters.unpark_all()
         return len(self._items)
 
     async def put_many(self, items: Sequence[T]) -> None:
@@ -74,7 +76,8 @@ class EventQueue(Generic[T]):
             room = self._limit - len(self._items)
             self._items.extend(items[start:start + room])
             start += room
-            self._getters.unpark_all()
+            if self._getters:
+                self._getters.unpark_all()
 
     def close(self, last: T | None = None) -> None:
         """No more events; ``last`` (an error for the reader) goes after the queued ones, whatever the bound."""

@@ -30,7 +30,7 @@ from rmpd.protocol.events import (
     SendRefused,
     ViewInstalled,
 )
-from rmpd.protocol.ids import ViewId
+from rmpd.protocol.ids import view_name
 from rmpd.protocol.process import NotMember
 from rmpd.protocol.qos import Level, QoS
 from rmpd.protocol.view import HANDLER_LOCKS
@@ -93,8 +93,6 @@ class Hub:
         self.overrun: dict[str, float] = {}
         """Groups whose engine is holding the token back because a local client is far behind, and since when."""
         self.overrun_frames = overrun_frames
-        self._view_names: dict[ViewId, str] = {}
-        """str(view ID) per view, so each delivery does not format it again."""
 
     # ------------------------------------------------------------------------------------------------------------
     # Sessions
@@ -362,11 +360,7 @@ class Hub:
     def on_event(self, event: Event) -> None:
         if isinstance(event, Delivery):
             # Gathered and sent as one frame per group after the drain: a busy group costs one frame per batch.
-            view = self._view_names.get(event.view)
-            if view is None:
-                if len(self._view_names) >= 64:
-                    self._view_names.clear()
-                view = self._view_names[event.view] = str(event.view)
+            view = view_name(event.view)
             qos = _QOS_NAMES.get(event.qos) or event.qos.name()
             self.deliveries[event.group].append([
                 event.src, event.seq, qos, event.ts, view, event.payload, event.handler, event.index,

@@ -24,7 +24,17 @@ from typing import Any, Protocol
 from rmpd.scmp.filter import Verdict
 
 from .config import EngineConfig
-from .events import CallRequest, Delivery, Event, Left, LockResult, SendRefused, Transmit, ViewInstalled
+from .events import (
+    CallRequest,
+    Delivery,
+    Event,
+    Left,
+    LockResult,
+    SendRefused,
+    Transmit,
+    ViewInstalled,
+    make_delivery,
+)
 from .flow import RttEstimator, SendWindow
 from .ids import ProcessId, ViewCounter, ViewId
 from .membership import Change, apply_change
@@ -1457,7 +1467,8 @@ class GroupEngine(Reformation):
         else:
             group, src, seq, qos, view, handler = (self.group, packet.src, packet.seq, packet.qos, self.view.view_id,
                                                    packet.handler)
-            self._events.extend([Delivery(group, src, seq, qos, ts, view, payload, handler, index)
+            make = make_delivery
+            self._events.extend([make(group, src, seq, qos, ts, view, payload, handler, index)
                                  for index, payload in enumerate(messages)])
         if self.config.journal:
             extra: dict[str, Any] = {"parts": len(messages)} if len(messages) != 1 else {}

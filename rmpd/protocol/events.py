@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from .ids import ProcessId, ViewId
 from .qos import QoS
+from .records import positional_maker
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,6 +32,10 @@ class Delivery:
     handler: int | None
     index: int = 0
     """Position in its packet: messages packed under load share the packet's sequence number."""
+
+
+make_delivery = positional_maker(Delivery)
+"""Delivery(...) with every field given in order, built faster: the engine makes one per delivered message."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,6 +8,7 @@ so view IDs stay unique even when two groups hash to the same multicast address.
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 from typing import NamedTuple
 
@@ -23,8 +24,10 @@ def make_process_id(ip: str, port: int) -> ProcessId:
     return f"{ip}:{port}"
 
 
+@functools.lru_cache(maxsize=256)
 def split_process_id(pid: ProcessId) -> tuple[str, int]:
-    """Return ``(ip, port)`` of a process ID; raises ValueError when it is not ``ip:port``."""
+    """Return ``(ip, port)`` of a process ID; raises ValueError when it is not ``ip:port``.  Remembered: the
+    daemon turns the same few destinations into addresses for every unicast it sends."""
     ip, sep, port_text = pid.rpartition(":")
     if not sep or not port_text.isdigit():
         raise ValueError(f"not a process ID (ip:port): {pid!r}")
@@ -51,6 +54,13 @@ class ViewId(NamedTuple):
             raise ValueError(f"not a view ID (ip:port/counter): {text!r}")
         split_process_id(creator)
         return cls(creator, int(counter))
+
+
+@functools.lru_cache(maxsize=64)
+def view_name(view: ViewId) -> str:
+    """``str(view)``, remembered: every delivery handed to an application names its view, and a group is in one
+    view at a time."""
+    return str(view)
 
 
 class ViewCounter:

@@ -24,7 +24,7 @@ import trio
 
 from rmpd.protocol.config import EngineConfig
 from rmpd.protocol.events import Event, JoinFailed, Left, Transmit
-from rmpd.protocol.ids import split_process_id
+from rmpd.protocol.ids import process_id_of, split_process_id
 from rmpd.protocol.multirpc import ScmpSettings
 from rmpd.protocol.naming import DEFAULT_RANGE, group_address
 from rmpd.protocol.process import RmpProcess
@@ -121,6 +121,8 @@ class ProcessShell:
     async def _receive_loop(self, sock: socket.socket, kind: str) -> None:
         where = "{}:{}".format(*sock.getsockname()[:2])
         own = (self.ip, self.port)
+        counter = f"datagrams_received_{kind}"
+        stats, guard, process = self.stats, self.guard, self.process
         while True:
             await trio.lowlevel.wait_readable(sock)
             now = trio.current_time()
@@ -132,14 +134,14 @@ class ProcessShell:
                 except OSError:
                     self.stats["receive_errors"] += 1
                     break
-                self.stats[f"datagrams_received_{kind}"] += 1
+                stats[counter] += 1
                 if addr == own:  # our own multicast, looped back so other processes on this host hear it
-                    self.stats["own_echo"] += 1
+                    stats["own_echo"] += 1
                     continue
-                source = f"{addr[0]}:{addr[1]}"
-                packet = self.guard.open(data, source, where)
+                source = process_id_of(addr)
+                packet = guard.open(data, source, where)
                 if packet is not None:
-                    self.process.receive_datagram(packet, source, now)
+                    process.receive_datagram(packet, source, now)
             self.drain()
             if sock.fileno() == -1:  # the drain left the last group on this socket and closed it
                 return

@@ -25,6 +25,13 @@ def make_process_id(ip: str, port: int) -> ProcessId:
 
 
 @functools.lru_cache(maxsize=256)
+def process_id_of(address: tuple[str, int]) -> ProcessId:
+    """The process ID of a socket address, remembered: a receiver names the source of every datagram, and a group
+    has few members."""
+    return f"{address[0]}:{address[1]}"
+
+
+@functools.lru_cache(maxsize=256)
 def split_process_id(pid: ProcessId) -> tuple[str, int]:
     """Return ``(ip, port)`` of a process ID; raises ValueError when it is not ``ip:port``.  Remembered: the
     daemon turns the same few destinations into addresses for every unicast it sends."""

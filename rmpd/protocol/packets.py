@@ -199,7 +199,9 @@ def _body_dec(v: Any) -> Body:
         if len(items) != 3:
             raise _fail("a fragment is [first, more, chunk]")
         return Fragment(items[0], _bool(items[1]), _bytes(items[2]))
-    parts = tuple(_bytes(x) for x in items)
+    parts = tuple(items)
+    if set(map(type, parts)) != {bytes}:  # every part bytes, checked at C speed: a packed body holds many
+        raise _fail("expected bytes")
     if len(parts) < 2:
         raise _fail("a packed body holds at least two messages")
     return parts

@@ -21,7 +21,7 @@ from typing import Any
 from .calls import Caller
 from .config import EngineConfig
 from .engine import Backoff, GroupEngine, Rng
-from .events import Event, JoinFailed, Left, SendRefused, Transmit
+from .events import Event, JoinFailed, SendRefused, Transmit
 from .ids import ProcessId, RequestIds, ViewCounter
 from .multirpc import ScmpSettings, start_upper
 from .packets import (
@@ -356,10 +356,9 @@ class RmpProcess:
         self.caller.datagrams, self.caller.events = [], []
         for group, engine in list(self.engines.items()):
             self._datagrams.extend(engine.datagrams_to_send())
-            events = engine.events()
-            self._events.extend(events)
+            self._events.extend(engine.events())
             self._journal.extend(engine.journal_records())
-            if engine.finished or any(isinstance(e, Left) for e in events):
+            if engine.finished:  # set whenever the engine says Left, in the same step
                 self._last_seqs[group] = (engine.next_seq - 1, engine.next_unreliable_seq - 1)
                 del self.engines[group]
         del now

@@ -188,16 +188,13 @@ class Client:
         kind = frame["event"]
         if kind == "deliveries":
             name = group.name
-            qos_of = _qos_of
             make = make_delivery
-            await group._feed_deliveries([
-                make(payload, src, seq, qos_of(qos), ts, view, name, handler, index)
-                for src, seq, qos, ts, view, payload, handler, index in frame["messages"]])
-        elif kind == "deliver":
-            await group._feed_wait(Delivery(
-                payload=frame["payload"], source=frame["src"], seq=frame["seq"], qos=QoS.parse(frame["qos"]),
-                timestamp=frame["ts"], view=frame["view"], group=group.name, handler=frame.get("handler"),
-                index=frame.get("index", 0)))
+            deliveries: list[Delivery] = []
+            for src, seq, qos_name, ts, view, handler, first, payloads in frame["runs"]:
+                qos = _qos_of(qos_name)
+                deliveries += [make(payload, src, seq, qos, ts, view, name, handler, index)
+                               for index, payload in enumerate(payloads, first)]
+            await group._feed_deliveries(deliveries)
         elif kind == "view":
             await group._feed_wait(ViewChange(frame["view"], tuple(frame["members"]), group.name))
         elif kind == "request":

@@ -86,7 +86,8 @@ class Hub:
         self.stats: dict[str, int] = defaultdict(int)
         shell.on_event = self.on_event
         self.deliveries: dict[str, list[list[Any]]] = defaultdict(list)
-        """Deliveries of the current drain per group, not yet pushed to clients."""
+        """Deliveries of the current drain per group, not yet pushed to clients, as runs: [src, seq, qos, ts, view,
+        handler, first index, [payload, ...]], one per packet delivered."""
         shell.after_drain.append(self._send_deliveries)
         shell.after_drain.append(self._answer_delayed_sends)
         shell.after_drain.append(self._check_overrun)
@@ -360,11 +361,16 @@ class Hub:
     def on_event(self, event: Event) -> None:
         if isinstance(event, Delivery):
             # Gathered and sent as one frame per group after the drain: a busy group costs one frame per batch.
-            view = view_name(event.view)
+            # Messages that came packed in one packet travel as one run: its fields once, then its payloads.
+            runs = self.deliveries[event.group]
+            if runs:
+                last = runs[-1]
+                if last[1] == event.seq and last[0] == event.src and last[6] + len(last[7]) == event.index:
+                    last[7].append(event.payload)
+                    return
             qos = _QOS_NAMES.get(event.qos) or event.qos.name()
-            self.deliveries[event.group].append([
-                event.src, event.seq, qos, event.ts, view, event.payload, event.handler, event.index,
-            ])
+            runs.append([event.src, event.seq, qos, event.ts, view_name(event.view), event.handler, event.index,
+                         [event.payload]])
             return
         self._send_deliveries(event.group)  # whatever was delivered before this event goes first
         if isinstance(event, ViewInstalled):
@@ -392,12 +398,12 @@ class Hub:
     def _send_deliveries(self, group: str | None = None) -> None:
         """Push gathered deliveries (of one group, or of all) to the group's clients, in delivery order."""
         for name in [group] if group is not None else list(self.deliveries):
-            messages = self.deliveries.pop(name, [])
+            runs = self.deliveries.pop(name, [])
             start = size = 0
-            for i, message in enumerate(messages):
-                size += len(message[5])
-                if size >= DELIVERY_FRAME_BYTES or i == len(messages) - 1:
-                    self._fan_out(name, {"event": "deliveries", "group": name, "messages": messages[start:i + 1]})
+            for i, run in enumerate(runs):
+                size += sum(map(len, run[7]))
+                if size >= DELIVERY_FRAME_BYTES or i == len(runs) - 1:
+                    self._fan_out(name, {"event": "deliveries", "group": name, "runs": runs[start:i + 1]})
                     start, size = i + 1, 0
 
     def _check_overrun(self) -> None:

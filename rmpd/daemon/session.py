@@ -3,11 +3,16 @@
 Replies and pushed events share one queue, so a client sees them in the order the daemon produced them.  The
 queue is bounded; when it is full the client is cut off with a ``slow-consumer`` error instead of letting one slow
 reader stall the ring or grow the daemon's memory without limit.
+
+A frame pushed while nothing is queued or being written goes straight into the socket when it has room (a
+non-blocking write): a client that keeps up costs no wake-up of the writer task per frame.  What does not fit
+waits in the queue, so the order stays that of :meth:`Session.push`.
 """
 
 from __future__ import annotations
 
 import itertools
+import os
 from collections.abc import Callable
 from typing import Any
 
@@ -42,6 +47,11 @@ class Session:
         """Called after each write: the hub checks whether this client caught up."""
         self.peer: tuple[int, int, int] | None = None
         """(pid, uid, gid) of the client process, from SO_PEERCRED."""
+        socket = getattr(stream, "socket", None)
+        self._fd: int | None = socket.fileno() if socket is not None else None
+        """The socket written to directly when nothing waits before the frame (None: always through the queue)."""
+        self._writing = False
+        """The writer task is in the middle of sending: frames must queue behind what it sends."""
 
     def push(self, message: dict[str, Any]) -> bool:
         """Queue one frame; False if the client is gone or was just cut off for being slow."""
@@ -53,6 +63,14 @@ class Session:
         """Queue a frame already encoded (the hub encodes a group's events once for all its clients)."""
         if self.closed:
             return False
+        if self._fd is not None and not self.queued_frames and not self._writing:
+            try:
+                written = os.write(self._fd, frame)
+            except OSError:  # full (BlockingIOError) or broken: the writer finds out which and ends the connection
+                written = 0
+            if written == len(frame):
+                return True
+            frame = frame[written:]
         try:
             self._tx.send_nowait(frame)
             self.queued_bytes += len(frame)
@@ -94,7 +112,11 @@ class Session:
                 self.queued_frames -= 1
                 batch.append(more)
                 size += len(more)
-            await self.stream.send_all(b"".join(batch) if len(batch) > 1 else frame)
+            self._writing = True
+            try:
+                await self.stream.send_all(b"".join(batch) if len(batch) > 1 else frame)
+            finally:
+                self._writing = False
             self.queued_bytes -= size
             self.on_written()
         if self.cut_reason is not None:

@@ -360,6 +360,7 @@ class RmpProcess:
             self._journal.extend(engine.journal_records())
             if engine.finished:  # set whenever the engine says Left, in the same step
                 self._last_seqs[group] = (engine.next_seq - 1, engine.next_unreliable_seq - 1)
+                self.stats.update(engine.stats)  # counters never go back when a group is left
                 del self.engines[group]
         del now
 

@@ -83,6 +83,8 @@ def test_leave_commits_then_departs_and_nothing_sent_is_lost() -> None:
     assert b"last-words" in net.delivered(2)
     assert len(net.of_type(2, Left)) == 1
     assert "g" not in net[2].engines
+    # The group's counters stay with the process once its engine is gone: an operator's counters never go back.
+    assert net[2].stats["delivered"] == len(net.delivered(2)) and net[2].stats["sent"] >= 1
 
 
 def test_locks_are_granted_once_and_released() -> None:

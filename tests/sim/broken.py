@@ -10,6 +10,18 @@ from rmpd.protocol.ids import ViewId
 from rmpd.protocol.membership import Change
 from rmpd.protocol.packets import Data, ListChangeRequest, NewList
 from rmpd.protocol.qos import Level, QoS
+from rmpd.sim.runner import SimConfig, run_seed
+
+
+def violated(config: SimConfig, factory: type[GroupEngine], seeds: range, wanted: str | None = None) -> set[str]:
+    """Invariants the engine built by ``factory`` violates over ``seeds``; stops at the first seed that shows
+    ``wanted`` (when given), since rare faults need many seeds and one showing is enough."""
+    found: set[str] = set()
+    for seed in seeds:
+        found |= {v["invariant"] for v in run_seed(config, seed, engine_factory=factory).violations}
+        if wanted is not None and wanted in found:
+            break
+    return found
 
 
 class AcceptsWithHoles(GroupEngine):

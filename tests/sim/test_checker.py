@@ -5,9 +5,10 @@ from __future__ import annotations
 import pytest
 
 from rmpd.protocol.engine import GroupEngine
-from rmpd.sim.runner import SimConfig, run_seed
+from rmpd.sim.runner import SimConfig
 
 from . import broken
+from .broken import violated
 
 FAULTY = {"members": 4, "senders": 3, "messages": 60, "loss": 0.2, "dup": 0.1, "reorder": 0.3}
 
@@ -21,13 +22,6 @@ CASES = [
     ("total-order", broken.SkipsOneMessage, SimConfig(members=3, senders=2, messages=10, qos="total")),
     ("integrity", broken.CorruptsPayloads, SimConfig(members=3, senders=2, messages=10, qos="mixed")),
 ]
-
-
-def violated(config: SimConfig, factory: type[GroupEngine], seeds: range) -> set[str]:
-    found: set[str] = set()
-    for seed in seeds:
-        found |= {v["invariant"] for v in run_seed(config, seed, engine_factory=factory).violations}
-    return found
 
 
 @pytest.mark.parametrize(("invariant", "factory", "config"), CASES, ids=[c[1].__name__ for c in CASES])

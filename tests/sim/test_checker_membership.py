@@ -8,6 +8,7 @@ from rmpd.protocol.engine import GroupEngine
 from rmpd.sim.runner import SimConfig, run_seed
 
 from . import broken
+from .broken import violated
 
 CASES = [
     ("lock-exclusion", broken.GrantsHeldLocks,
@@ -19,16 +20,6 @@ CASES = [
     ("resilient-order", broken.IgnoresMinimumPartition,
      SimConfig(members=5, senders=3, messages=100, loss=0.1, partition=True, qos="majority")),
 ]
-
-
-def violated(config: SimConfig, factory: type[GroupEngine], seeds: range, wanted: str) -> set[str]:
-    """Invariants the broken engine violates over ``seeds``, stopping at the first seed that shows ``wanted``."""
-    found: set[str] = set()
-    for seed in seeds:
-        found |= {v["invariant"] for v in run_seed(config, seed, engine_factory=factory).violations}
-        if wanted in found:
-            break
-    return found
 
 
 @pytest.mark.parametrize(("invariant", "factory", "config"), CASES, ids=[c[0] for c in CASES])

@@ -29,7 +29,7 @@ YIELD_EVERY = 64
 class EventQueue(Generic[T]):
     """Bounded FIFO between one producer (a backend) and the application; see the module docstring."""
 
-    __slots__ = ("_closed", "_getters", "_items", "_limit", "_putters", "_since_yield")
+    __slots__ = ("_closed", "_getters", "_items", "_limit", "_putters", "_reader_parked", "_since_yield")
 
     def __init__(self, limit: int) -> None:
         self._items: deque[T] = deque()
@@ -38,6 +38,9 @@ class EventQueue(Generic[T]):
         self._getters = trio.lowlevel.ParkingLot()
         self._putters = trio.lowlevel.ParkingLot()
         self._since_yield = 0
+        self._reader_parked = False
+        """A reader waits in ``get``: putting must wake it (checked per event; trio's ParkingLot.__bool__ is a
+        Python call)."""
 
     def __len__(self) -> int:
         return len(self._items)
@@ -51,8 +54,8 @@ class EventQueue(Generic[T]):
         if self._closed or len(self._items) >= self._limit:
             return False
         self._items.append(item)
-        if self._getters:  # unpark_all costs more than asking; a busy reader is rarely parked
-            self._getters.unpark_all()
+        if self._reader_parked:
+            self._wake_readers()
         return True
 
     def put_over(self, item: T) -> int:
@@ -61,8 +64,8 @@ class EventQueue(Generic[T]):
         long (the embedded node's overrun rule), and the protocol bounds what still arrives meanwhile."""
         if not self._closed:
             self._items.append(item)
-            if self._getters:
-                self._getters.unpark_all()
+            if self._reader_parked:
+                self._wake_readers()
         return len(self._items)
 
     async def put_many(self, items: Sequence[T]) -> None:
@@ -76,8 +79,13 @@ class EventQueue(Generic[T]):
             room = self._limit - len(self._items)
             self._items.extend(items[start:start + room])
             start += room
-            if self._getters:
-                self._getters.unpark_all()
+            if self._reader_parked:
+                self._wake_readers()
+
+    def _wake_readers(self) -> None:
+        """Readers parked in ``get`` run again (a busy reader is rarely parked, so puts check the flag first)."""
+        self._reader_parked = False
+        self._getters.unpark_all()
 
     def close(self, last: T | None = None) -> None:
         """No more events; ``last`` (an error for the reader) goes after the queued ones, whatever the bound."""
@@ -102,7 +110,11 @@ class EventQueue(Generic[T]):
             if self._closed:
                 raise trio.EndOfChannel
             self._since_yield = 0
-            await self._getters.park()
+            self._reader_parked = True
+            try:
+                await self._getters.park()
+            finally:
+                self._reader_parked = bool(self._getters)
         item = items.popleft()
         if self._putters and len(items) < self._limit:
             self._putters.unpark_all()

@@ -8,12 +8,24 @@ position in the batch.  A lone send waits one scheduling step.
 
 from __future__ import annotations
 
+from collections import deque
+from collections.abc import Awaitable, Callable
+
 import trio
+
+from rmpd.protocol.qos import QoS
+
+from .errors import RmpdError
 
 BATCH_BYTES = 256 * 1024
 """Payload bytes one batch carries at most."""
 MAX_BATCH = 4096
 """Messages one batch carries at most (the daemon's limit for one send_batch request)."""
+
+
+def fits(size: int, count: int, payload: bytes) -> bool:
+    """May a batch of ``count`` messages and ``size`` bytes take ``payload`` too?"""
+    return size + len(payload) <= BATCH_BYTES and count < MAX_BATCH
 
 
 class SendBatch:
@@ -29,7 +41,7 @@ class SendBatch:
         self.error: BaseException | None = None
 
     def takes(self, payload: bytes) -> bool:
-        return self.size + len(payload) <= BATCH_BYTES and len(self.payloads) < MAX_BATCH
+        return fits(self.size, len(self.payloads), payload)
 
     async def join(self, payload: bytes) -> int:
         """Add ``payload`` and wait for the batch to be sent; its sequence number, or the batch's error."""
@@ -40,3 +52,126 @@ class SendBatch:
         if self.error is not None:
             raise self.error
         return self.seqs[index]
+
+
+POST_LIMIT = 8192
+"""Posted messages a backend holds not yet accepted by the group, at most: ``post`` waits beyond this, so a
+program that posts faster than the ring takes messages is slowed to the ring's pace instead of queueing without
+bound."""
+POST_YIELD_EVERY = 64
+"""Posts that return without letting other tasks run: the carrier then hands what gathered over in one batch."""
+
+Submit = Callable[[str, list[bytes], QoS, "int | None"], Awaitable[object]]
+"""A backend's batch send: group, payloads, QoS, handler; raises RmpdError when the group refuses them."""
+
+
+class _Run:
+    """Consecutive posts to one group with the same QoS and handler: one batch, bounded as concurrent sends are."""
+
+    __slots__ = ("handler", "payloads", "qos", "size")
+
+    def __init__(self, qos: QoS, handler: int | None, first: bytes) -> None:
+        self.qos = qos
+        self.handler = handler
+        self.payloads = [first]
+        self.size = len(first)
+
+    def takes(self, payload: bytes) -> bool:
+        return fits(self.size, len(self.payloads), payload)
+
+
+class Poster:
+    """Messages posted (``Group.post``): queued without waiting, carried to the group by one task per group.
+
+    Each group's posts wait in one queue of runs (consecutive posts with the same QoS and handler), which its
+    carrier task hands over a batch at a time, in order, so a group's posted messages get sequence numbers in the
+    order they were posted.  A refusal is kept and raised by the group's next post or flush.
+    """
+
+    def __init__(self, submit: Submit) -> None:
+        self._submit = submit
+        self.nursery: trio.Nursery | None = None
+        """Where carriers run; set by the backend once it is running."""
+        self._queues: dict[str, deque[_Run]] = {}
+        self._carried: set[str] = set()
+        """Groups whose carrier task is running."""
+        self._unaccepted = 0
+        self._per_group: dict[str, int] = {}
+        """Posted and not yet accepted (or refused), per group."""
+        self._errors: dict[str, BaseException] = {}
+        self._failed: BaseException | None = None
+        self._changed = trio.Event()
+        self._since_yield = 0
+
+    def pending(self, group: str) -> int:
+        return self._per_group.get(group, 0)
+
+    async def post(self, group: str, payload: bytes, qos: QoS, handler: int | None) -> None:
+        await trio.lowlevel.checkpoint_if_cancelled()
+        if self.nursery is None:
+            raise RuntimeError("post() needs a running backend")
+        self._raise(group)
+        while self._unaccepted >= POST_LIMIT:
+            await self._wait_for_change()
+            self._raise(group)
+        queue = self._queues.get(group)
+        if queue is None:
+            queue = self._queues[group] = deque()
+        run = queue[-1] if queue else None
+        if run is not None and run.qos == qos and run.handler == handler and run.takes(payload):
+            run.payloads.append(payload)
+            run.size += len(payload)
+        else:
+            queue.append(_Run(qos, handler, payload))
+        self._unaccepted += 1
+        self._per_group[group] = self._per_group.get(group, 0) + 1
+        if group not in self._carried:
+            self._carried.add(group)
+            self.nursery.start_soon(self._carry, group)
+        self._since_yield += 1
+        if self._since_yield >= POST_YIELD_EVERY:
+            self._since_yield = 0
+            await trio.lowlevel.cancel_shielded_checkpoint()
+
+    async def flush(self, group: str) -> None:
+        """Wait until every message posted to ``group`` is accepted; raise the first refusal since the last one
+        raised."""
+        await trio.lowlevel.checkpoint()
+        while self._per_group.get(group) and self._failed is None:
+            await self._wait_for_change()
+        self._raise(group)
+
+    def fail(self, error: BaseException) -> None:
+        """The backend is gone: every waiting and later post and flush ends with ``error``."""
+        self._failed = error
+        self._changed.set()
+
+    def _raise(self, group: str) -> None:
+        error = self._errors.pop(group, None) or self._failed
+        if error is not None:
+            raise error
+
+    async def _wait_for_change(self) -> None:
+        if self._changed.is_set():
+            self._changed = trio.Event()
+        await self._changed.wait()
+
+    async def _carry(self, group: str) -> None:
+        try:
+            queue = self._queues[group]
+            while queue:
+                run = queue.popleft()
+                try:
+                    await self._submit(group, run.payloads, run.qos, run.handler)
+                except RmpdError as exc:
+                    self._errors.setdefault(group, exc)
+                finally:
+                    self._unaccepted -= len(run.payloads)
+                    self._per_group[group] -= len(run.payloads)
+                    self._changed.set()
+        finally:
+            self._carried.discard(group)
+            if not self._queues.get(group):
+                self._queues.pop(group, None)
+            if not self._per_group.get(group):
+                self._per_group.pop(group, None)

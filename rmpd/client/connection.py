@@ -19,7 +19,7 @@ from rmpd.daemon.config import client_socket_path
 from rmpd.daemon.frames import DEFAULT_MAX_FRAME, FrameError, FrameReader, encode_frame
 from rmpd.protocol.qos import QoS
 
-from .batching import SendBatch
+from .batching import Poster, SendBatch
 from .errors import ConnectionLost, RmpdError
 from .events import CallRequest, Delivery, ViewChange, make_delivery
 from .group import Group
@@ -58,6 +58,7 @@ class Client:
         self._groups: dict[str, Group] = {}
         self._lost: ConnectionLost | None = None
         self._batches: dict[tuple[str, QoS, int | None], SendBatch] = {}
+        self._poster = Poster(self._send_batch)
 
     async def request(self, op: str, **fields: Any) -> dict[str, Any]:
         """Send one request and return its reply; RmpdError carries the daemon's structured error."""
@@ -119,7 +120,10 @@ class Client:
 
     async def _send(self, group: str, payload: bytes, qos: QoS, handler: int | None) -> int:
         """Sends from concurrent tasks that arrive while one is being prepared travel in one ``send_batch``
-        request: same order, one frame and one answer for all (a lone send waits one scheduling step)."""
+        request: same order, one frame and one answer for all (a lone send waits one scheduling step).  Messages
+        this connection posted to the group go first."""
+        if self._poster.pending(group):
+            await self._poster.flush(group)
         key = (group, qos, handler)
         batch = self._batches.get(key)
         if batch is not None and batch.takes(payload):
@@ -130,21 +134,31 @@ class Client:
         finally:
             if self._batches.get(key) is batch:
                 del self._batches[key]
-        fields: dict[str, Any] = {"group": group, "qos": qos.name()}
-        if handler is not None:
-            fields["handler"] = handler
         try:
-            if len(batch.payloads) == 1:
-                batch.seqs = [int((await self.request("send", payload=payload, **fields))["seq"])]
-            else:
-                batch.seqs = [int(s) for s in (await self.request("send_batch", payloads=batch.payloads,
-                                                                  **fields))["seqs"]]
+            batch.seqs = await self._send_batch(group, batch.payloads, qos, handler)
         except BaseException as exc:
             batch.error = exc if isinstance(exc, RmpdError) else ConnectionLost("send-failed", repr(exc))
             raise
         finally:
             batch.done.set()
         return batch.seqs[0]
+
+    async def _send_batch(self, group: str, payloads: list[bytes], qos: QoS, handler: int | None) -> list[int]:
+        """One request for ``payloads``, in order; their sequence numbers."""
+        fields: dict[str, Any] = {"group": group, "qos": qos.name()}
+        if handler is not None:
+            fields["handler"] = handler
+        if len(payloads) == 1:
+            return [int((await self.request("send", payload=payloads[0], **fields))["seq"])]
+        return [int(s) for s in (await self.request("send_batch", payloads=payloads, **fields))["seqs"]]
+
+    async def _post(self, group: str, payload: bytes, qos: QoS, handler: int | None) -> None:
+        if self._lost is not None:
+            raise self._lost
+        await self._poster.post(group, payload, qos, handler)
+
+    async def _flush(self, group: str) -> None:
+        await self._poster.flush(group)
 
     async def _members(self, group: str) -> tuple[str, list[str]]:
         reply = await self.request("members", group=group)
@@ -207,6 +221,7 @@ class Client:
     def _lose(self, reason: ConnectionLost) -> None:
         if self._lost is None:
             self._lost = reason
+        self._poster.fail(self._lost)
         for pending in self._pending.values():
             pending.done.set()
         self._pending.clear()
@@ -226,6 +241,7 @@ async def connect(path: str | Path | None = None) -> AsyncIterator[Client]:
     client = Client(stream, where)
     try:
         async with stream, trio.open_nursery() as nursery:
+            client._poster.nursery = nursery
             nursery.start_soon(client._read_loop)
             try:
                 yield client

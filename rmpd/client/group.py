@@ -23,6 +23,8 @@ EVENT_BUFFER = 10_000
 
 class Backend(Protocol):
     async def _send(self, group: str, payload: bytes, qos: QoS, handler: int | None) -> int: ...
+    async def _post(self, group: str, payload: bytes, qos: QoS, handler: int | None) -> None: ...
+    async def _flush(self, group: str) -> None: ...
     async def _members(self, group: str) -> tuple[str, list[str]]: ...
     async def _lock(self, group: str, lock: int, op: str) -> bool: ...
     async def _leave(self, group: str) -> None: ...
@@ -98,6 +100,20 @@ class Group:
         if not isinstance(payload, bytes | bytearray | memoryview):
             raise TypeError("payload must be bytes")
         return await self._backend._send(self.name, bytes(payload), qos, handler)
+
+    async def post(self, payload: bytes, *, qos: QoS = QoS.TOTAL, handler: int | None = None) -> None:
+        """Multicast ``payload`` without waiting for the group to accept it, as Spread's and Corosync's multicast
+        calls do: for a program that streams messages from one task.  Posts to a group go in the order made,
+        before any later send; no sequence number is returned.  Waits only while many posted messages are not
+        yet accepted (the ring's pace).  A refusal (message too large for the daemon, the group being left, the
+        connection lost) is raised by the next ``post``, ``send`` or ``flush`` to this group."""
+        if not isinstance(payload, bytes | bytearray | memoryview):
+            raise TypeError("payload must be bytes")
+        await self._backend._post(self.name, bytes(payload), qos, handler)
+
+    async def flush(self) -> None:
+        """Wait until every message posted to this group is accepted; raises the first refusal, if any."""
+        await self._backend._flush(self.name)
 
     async def members(self) -> list[str]:
         """The current view's ordered member list (process IDs)."""

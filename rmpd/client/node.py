@@ -30,7 +30,7 @@ from rmpd.protocol.naming import DEFAULT_RANGE
 from rmpd.protocol.process import NotMember
 from rmpd.protocol.qos import QoS
 
-from .batching import SendBatch
+from .batching import Poster, SendBatch
 from .errors import RmpdError
 from .events import CallRequest, ViewChange, make_delivery
 from .group import EVENT_BUFFER, Group
@@ -70,6 +70,7 @@ class Node:
         self._locks: dict[tuple[str, int, str], deque[_Wait]] = defaultdict(deque)
         self._calls: dict[int, tuple[trio.Event, list[CallAnswered]]] = {}
         self._batches: dict[tuple[str, QoS, int | None], SendBatch] = {}
+        self._poster = Poster(self._send_batch)
         self._overrun: dict[str, float] = {}
         """Groups not accepting the token because their reader is behind, with since when."""
         self._cm = None
@@ -90,6 +91,7 @@ class Node:
         nursery = await self._cm.__aenter__()
         await nursery.start(self._shell.run)
         self._nursery_manager = nursery
+        self._poster.nursery = nursery
         return self
 
     async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
@@ -143,12 +145,12 @@ class Node:
     async def _send(self, group: str, payload: bytes, qos: QoS, handler: int | None) -> int:
         """Sends from concurrent tasks are coalesced (rmpd.client.batching) and handed to the engine in one call,
         which packs them into as few packets as they fit.  A message the group cannot carry is refused alone,
-        before it joins a batch, so it never costs the other senders theirs."""
+        before it joins a batch, so it never costs the other senders theirs.  Messages posted to the group go
+        first."""
         shell = self._require()
-        try:
-            check_message_size(self._config, payload, qos)
-        except MessageTooLarge as exc:
-            raise RmpdError("message-too-large", str(exc)) from None
+        self._check_size(payload, qos)
+        if self._poster.pending(group):
+            await self._poster.flush(group)
         key = (group, qos, handler)
         batch = self._batches.get(key)
         if batch is not None and batch.takes(payload):
@@ -164,19 +166,42 @@ class Node:
             if self._batches.get(key) is batch:
                 del self._batches[key]
         try:
-            seqs = shell.send_many(group, batch.payloads, qos, handler)
-            if seqs is None:
-                raise RmpdError("send-refused", f"this node is leaving {group!r}")
-            batch.seqs = seqs
-        except NotMember as exc:
-            batch.error = RmpdError("not-member", str(exc))
-            raise batch.error from None
+            batch.seqs = self._hand_over(group, batch.payloads, qos, handler)
         except BaseException as exc:
             batch.error = exc
             raise
         finally:
             batch.done.set()
         return batch.seqs[0]
+
+    def _check_size(self, payload: bytes, qos: QoS) -> None:
+        try:
+            check_message_size(self._config, payload, qos)
+        except MessageTooLarge as exc:
+            raise RmpdError("message-too-large", str(exc)) from None
+
+    def _hand_over(self, group: str, payloads: list[bytes], qos: QoS, handler: int | None) -> list[int]:
+        """Give the engine ``payloads`` in order; their sequence numbers, or RmpdError."""
+        try:
+            seqs = self._require().send_many(group, payloads, qos, handler)
+        except NotMember as exc:
+            raise RmpdError("not-member", str(exc)) from None
+        if seqs is None:
+            raise RmpdError("send-refused", f"this node is leaving {group!r}")
+        return seqs
+
+    async def _send_batch(self, group: str, payloads: list[bytes], qos: QoS, handler: int | None) -> list[int]:
+        """A posted batch: once the group's backlog has room, as a leading sender does."""
+        await self._require().wait_for_room(group)
+        return self._hand_over(group, payloads, qos, handler)
+
+    async def _post(self, group: str, payload: bytes, qos: QoS, handler: int | None) -> None:
+        self._require()
+        self._check_size(payload, qos)
+        await self._poster.post(group, payload, qos, handler)
+
+    async def _flush(self, group: str) -> None:
+        await self._poster.flush(group)
 
     async def call(self, group: str, payload: bytes, *, handler: int | None = 0, timeout: float = 5.0,
                    qos: QoS = QoS.TOTAL) -> bytes | None:

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import signal
+
 import pytest
 import trio
 
 import rmpd
+from rmpd.client.batching import POST_LIMIT
 from rmpd.client.group import EVENT_BUFFER
 from rmpd.protocol.config import EngineConfig
 
@@ -160,3 +163,80 @@ async def test_an_embedded_reader_that_falls_behind_slows_the_group_and_loses_no
                             break
             assert got == list(range(total))
             assert "behind" not in reader_node._overrun
+
+
+async def post_and_read(group: rmpd.Group, count: int) -> tuple[list[rmpd.Delivery], int]:
+    """Post ``count`` numbered messages from one task while another reads them; the deliveries, and the most
+    posted messages the backend held unaccepted at once."""
+    got: list[rmpd.Delivery] = []
+    most_unaccepted = 0
+
+    async def read() -> None:
+        async for event in group:
+            if isinstance(event, rmpd.Delivery):
+                got.append(event)
+                if len(got) == count:
+                    return
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(read)
+        for n in range(count):
+            await group.post(n.to_bytes(4, "big") + b"." * 100)
+            most_unaccepted = max(most_unaccepted, group._backend._poster._unaccepted)
+        await group.flush()
+    return got, most_unaccepted
+
+
+def assert_in_posted_order(got: list[rmpd.Delivery], count: int) -> None:
+    assert [int.from_bytes(d.payload[:4], "big") for d in got] == list(range(count))
+    assert [(d.seq, d.index) for d in got] == sorted((d.seq, d.index) for d in got)
+    assert any(d.index > 0 for d in got), "posts from one task travelled packed"
+
+
+async def test_posts_through_the_daemon_keep_their_order_and_a_refusal_is_raised_by_flush(daemons) -> None:
+    d = daemons()
+    count = 2 * POST_LIMIT + 100
+    with trio.fail_after(120):
+        async with rmpd.connect(d.socket) as client:
+            group = await client.join("posts")
+            got, most_unaccepted = await post_and_read(group, count)
+            assert_in_posted_order(got, count)
+            assert most_unaccepted <= POST_LIMIT, "a fast poster is held to the ring's pace"
+            await group.post(b"x" * (16 * 1024 * 1024 + 1))  # the daemon refuses it; post does not wait to know
+            with pytest.raises(rmpd.RmpdError) as refused:
+                await group.flush()
+            assert refused.value.code == "message-too-large"
+            await group.flush()  # raised once
+            seq = await group.send(b"after")
+            assert (await next_delivery(group)).seq == seq
+
+
+async def test_posts_of_an_embedded_node_keep_their_order_before_a_later_send(loopback_multicast) -> None:
+    config = EngineConfig(request_interval=0.05, join_retries=2, max_message=50_000)
+    count = POST_LIMIT + 100
+    with trio.fail_after(120):
+        async with rmpd.Node(interface="lo", port=0, config=config) as node:
+            group = await node.join("posts-node")
+            got, most_unaccepted = await post_and_read(group, count)
+            assert_in_posted_order(got, count)
+            assert most_unaccepted <= POST_LIMIT
+            with pytest.raises(rmpd.RmpdError) as refused:
+                await group.post(b"x" * 60_000)  # the node knows its limit: refused at once
+            assert refused.value.code == "message-too-large"
+            await group.post(b"posted")
+            await group.send(b"sent")  # waits for the post to be accepted first
+            assert [(await next_delivery(group)).payload for _ in range(2)] == [b"posted", b"sent"]
+
+
+async def test_posting_to_a_daemon_that_died_raises_connection_lost_instead_of_waiting(daemons) -> None:
+    d = daemons()
+    with trio.fail_after(60):
+        async with rmpd.connect(d.socket) as client:
+            group = await client.join("posts-lost")
+            await group.post(b"before")
+            await group.flush()
+            d.stop(signal.SIGKILL)
+            with pytest.raises(rmpd.ConnectionLost):
+                for _ in range(POST_LIMIT * 2):  # more than the limit: a post that waited would wait forever
+                    await group.post(b"x" * 100)
+                await group.flush()

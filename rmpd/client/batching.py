@@ -93,8 +93,7 @@ class Poster:
         self.nursery: trio.Nursery | None = None
         """Where carriers run; set by the backend once it is running."""
         self._queues: dict[str, deque[_Run]] = {}
-        self._carried: set[str] = set()
-        """Groups whose carrier task is running."""
+        """Runs waiting, per group; a group has a queue exactly while its carrier task runs."""
         self._unaccepted = 0
         self._per_group: dict[str, int] = {}
         """Posted and not yet accepted (or refused), per group."""
@@ -117,6 +116,7 @@ class Poster:
         queue = self._queues.get(group)
         if queue is None:
             queue = self._queues[group] = deque()
+            self.nursery.start_soon(self._carry, group, queue)
         run = queue[-1] if queue else None
         if run is not None and run.qos == qos and run.handler == handler and run.takes(payload):
             run.payloads.append(payload)
@@ -125,9 +125,6 @@ class Poster:
             queue.append(_Run(qos, handler, payload))
         self._unaccepted += 1
         self._per_group[group] = self._per_group.get(group, 0) + 1
-        if group not in self._carried:
-            self._carried.add(group)
-            self.nursery.start_soon(self._carry, group)
         self._since_yield += 1
         if self._since_yield >= POST_YIELD_EVERY:
             self._since_yield = 0
@@ -156,9 +153,8 @@ class Poster:
             self._changed = trio.Event()
         await self._changed.wait()
 
-    async def _carry(self, group: str) -> None:
+    async def _carry(self, group: str, queue: deque[_Run]) -> None:
         try:
-            queue = self._queues[group]
             while queue:
                 run = queue.popleft()
                 try:
@@ -170,8 +166,6 @@ class Poster:
                     self._per_group[group] -= len(run.payloads)
                     self._changed.set()
         finally:
-            self._carried.discard(group)
-            if not self._queues.get(group):
-                self._queues.pop(group, None)
+            del self._queues[group]  # the next post starts a carrier again
             if not self._per_group.get(group):
                 self._per_group.pop(group, None)

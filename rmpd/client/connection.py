@@ -153,9 +153,7 @@ class Client:
         return [int(s) for s in (await self.request("send_batch", payloads=payloads, **fields))["seqs"]]
 
     async def _post(self, group: str, payload: bytes, qos: QoS, handler: int | None) -> None:
-        if self._lost is not None:
-            raise self._lost
-        await self._poster.post(group, payload, qos, handler)
+        await self._poster.post(group, payload, qos, handler)  # after a loss, it raises the loss
 
     async def _flush(self, group: str) -> None:
         await self._poster.flush(group)

@@ -12,13 +12,23 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import rmpd
 from rmpd.bench.daemons import RMP, RMPD, DaemonProcess
 
-__all__ = ["RMP", "RMPD", "Daemon", "ensure_loopback_multicast", "wait_for"]
+__all__ = ["RMP", "RMPD", "Daemon", "ensure_loopback_multicast", "read_deliveries", "wait_for"]
 
 
 Daemon = DaemonProcess
 """A test's rmpd process: the same class ``rmp bench`` starts its daemons with."""
+
+
+async def read_deliveries(group: rmpd.Group, count: int, into: list[rmpd.Delivery]) -> None:
+    """Append ``group``'s deliveries to ``into`` until it holds ``count`` (view changes are skipped)."""
+    async for event in group:
+        if isinstance(event, rmpd.Delivery):
+            into.append(event)
+            if len(into) == count:
+                return
 
 
 def wait_for(condition: Callable[[], Any], timeout: float, what: str, interval: float = 0.1) -> Any:

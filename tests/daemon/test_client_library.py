@@ -12,6 +12,8 @@ from rmpd.client.batching import POST_LIMIT
 from rmpd.client.group import EVENT_BUFFER
 from rmpd.protocol.config import EngineConfig
 
+from .harness import read_deliveries
+
 
 async def next_delivery(group: rmpd.Group) -> rmpd.Delivery:
     async for event in group:
@@ -119,12 +121,8 @@ async def test_concurrent_sends_of_an_embedded_node_are_packed_and_an_oversized_
                 with pytest.raises(rmpd.RmpdError) as refused:
                     await group.send(b"x" * 60_000)
             assert refused.value.code == "message-too-large"
-            got = []
-            async for event in group:
-                if isinstance(event, rmpd.Delivery):
-                    got.append(event)
-                    if len(got) == 40:
-                        break
+            got: list[rmpd.Delivery] = []
+            await read_deliveries(group, 40, got)
             assert len({d.payload for d in got}) == 40
             assert [(d.seq, d.index) for d in got] == sorted((d.seq, d.index) for d in got)
             assert len({d.seq for d in got}) < 40  # sent together: packed
@@ -170,16 +168,8 @@ async def post_and_read(group: rmpd.Group, count: int) -> tuple[list[rmpd.Delive
     posted messages the backend held unaccepted at once."""
     got: list[rmpd.Delivery] = []
     most_unaccepted = 0
-
-    async def read() -> None:
-        async for event in group:
-            if isinstance(event, rmpd.Delivery):
-                got.append(event)
-                if len(got) == count:
-                    return
-
     async with trio.open_nursery() as nursery:
-        nursery.start_soon(read)
+        nursery.start_soon(read_deliveries, group, count, got)
         for n in range(count):
             await group.post(n.to_bytes(4, "big") + b"." * 100)
             most_unaccepted = max(most_unaccepted, group._backend._poster._unaccepted)

@@ -8,6 +8,8 @@ import trio
 
 import rmpd
 
+from .harness import read_deliveries
+
 MESSAGES = 3000
 
 
@@ -29,16 +31,8 @@ async def test_concurrent_sends_are_coalesced_packed_and_all_delivered_in_order(
                     ids.append((await sender.send(payload, qos=rmpd.QoS.TOTAL), n))
 
             got: list[rmpd.Delivery] = []
-
-            async def read() -> None:
-                async for event in reader:
-                    if isinstance(event, rmpd.Delivery):
-                        got.append(event)
-                        if len(got) == MESSAGES:
-                            return
-
             async with trio.open_nursery() as nursery:
-                nursery.start_soon(read)
+                nursery.start_soon(read_deliveries, reader, MESSAGES, got)
                 async with trio.open_nursery() as senders:
                     for start in range(50):
                         senders.start_soon(send_range, start)

@@ -1224,6 +1224,31 @@ class GroupEngine(Reformation):
         self.nack_deadline = None
         self._nack_first_at = None
 
+    def _named_with_holes(self) -> bool:
+        """Is the token passed to us and held up by a packet its ACK ordered that is lost, not merely late?
+
+        The whole ring waits until we accept, so such a hole is NACKed at once instead of after ``_nack_wait``,
+        and the NACK also tells the passing site that its pass arrived (``_pass_heard_of``): a slow repair then
+        neither waits for a resent pass nor inflates the pass round trip.  Lost, not late: we hold a later packet
+        of the same source, and a source's packets travel in order (a reordering on the way would cost one
+        needless resend, and its NACK would halve the source's window).  Under 20% loss on the namespace hosts,
+        three quarters of token passes found a hole."""
+        target = self.accept_target
+        if target is None or self.nack_tries or self.q.contig >= target[1]:
+            return False
+        slots = self.q.slots
+        lacking: set[ProcessId] = set()
+        for ts in range(self.q.contig + 1, target[1] + 1):
+            slot = slots.get(ts)
+            if slot is None or slot.key is None:
+                continue
+            src = slot.key[0]
+            if not slot.have:
+                lacking.add(src)
+            elif src in lacking:
+                return True
+        return any(self.unordered.get(src) for src in lacking)
+
     def _nack_wait(self) -> float:
         """How long a new hole waits for its first NACK: long enough for a merely reordered packet to arrive, which
         on a network whose NACKs are answered within a round trip is about that round trip (the RACK reordering
@@ -1603,7 +1628,9 @@ class GroupEngine(Reformation):
         if q.contig != self._nack_contig:
             self._hole_filled(now)
         if q.contig < q.high or self._gap_blocked():
-            if self.nack_deadline is None:
+            if self._named_with_holes():
+                self.nack_deadline = now  # the ring waits on us: ask at once
+            elif self.nack_deadline is None:
                 self.nack_deadline = now + self._nack_wait()
         else:
             self.nack_deadline = None

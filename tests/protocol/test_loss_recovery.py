@@ -125,3 +125,39 @@ def test_failure_detection_keeps_its_time_when_round_trips_are_short() -> None:
     assert suspected_at is not None and 4.5 <= suspected_at - first_pass <= 4.6, suspected_at
     passes = [p for s, _, p in ring.log if s == a and isinstance(p, Ack) and p.ids and p.next_site == b]
     assert len(passes) > 10, "more expiries than fail_retries: they start from the short round trip"
+
+
+def _first_nack_delay(*, lose: str) -> float | None:
+    """C sends; B, next in line for the token, misses one of C's packets.  Seconds from the pass to B's first
+    NACK.  ``lose``: "first" of two packets (B holds the second), or "only" packet."""
+    ring = Ring(3, EngineConfig(journal=True, nack_delay=0.05))
+    b, c = ring.pids[1], ring.pids[2]
+    victim = ring.send(2, b"one")
+    if lose == "first":
+        assert ring.send(2, b"two") == victim + 1
+    dropped: list[Data] = []
+
+    def lose_to_b(src: str, dst: str, p: object) -> bool:
+        if src == c and dst == b and isinstance(p, Data) and p.seq == victim and not dropped:
+            dropped.append(p)
+            return True
+        return False
+
+    ring.drop = lose_to_b
+    ring.flush()
+    assert dropped and ring[1].accept_target is not None and not ring[1].have_token
+    passed = ring.now
+    asked = ring.advance_until(lambda: any(s == b and isinstance(p, Nack) for s, _, p in ring.log), 0.2,
+                               step=0.0005)
+    assert ring.advance_until(lambda: ring[1].accepted_ts >= 1, 1.0) is not None
+    return None if asked is None else asked - passed
+
+
+def test_a_named_site_nacks_a_lost_packet_at_once_and_a_possibly_late_one_after_the_wait() -> None:
+    """The ring waits on the site the token was passed to.  A packet it lacks while holding a later one of the
+    same source is lost, not late: it is NACKed at once, not after ``nack_delay`` (50 ms here).  Lacking a source's
+    last packet, it may be merely late, so the usual wait holds."""
+    at_once = _first_nack_delay(lose="first")
+    assert at_once is not None and at_once <= 0.001, at_once
+    waited = _first_nack_delay(lose="only")
+    assert waited is not None and waited >= 0.045, waited

@@ -96,6 +96,10 @@ def check_message_size(config: EngineConfig, payload: bytes, qos: QoS) -> None:
         raise MessageTooLarge(f"an unreliable message must fit one packet ({config.max_packet} bytes)")
 
 
+NAMED_HOLE_SCAN = 256
+"""How many slots before a pass's last one ``_named_with_holes`` examines (NACKs name at most 256 holes too)."""
+
+
 class Backoff:
     """A retransmission timer: doubles on each expiry, clamped, reset on progress.
 
@@ -1232,13 +1236,14 @@ class GroupEngine(Reformation):
         neither waits for a resent pass nor inflates the pass round trip.  Lost, not late: we hold a later packet
         of the same source, and a source's packets travel in order (a reordering on the way would cost one
         needless resend, and its NACK would halve the source's window).  Under 20% loss on the namespace hosts,
-        three quarters of token passes found a hole."""
+        three quarters of token passes found a hole.  Only the last ``NAMED_HOLE_SCAN`` slots are looked at, so a
+        member far behind does not scan its whole gap after every datagram."""
         target = self.accept_target
         if target is None or self.nack_tries or self.q.contig >= target[1]:
             return False
         slots = self.q.slots
         lacking: set[ProcessId] = set()
-        for ts in range(self.q.contig + 1, target[1] + 1):
+        for ts in range(max(self.q.contig + 1, target[1] - NAMED_HOLE_SCAN), target[1] + 1):
             slot = slots.get(ts)
             if slot is None or slot.key is None:
                 continue

@@ -12,6 +12,21 @@ from rmpd.protocol.packets import Ack, Data, Nack, encode
 from .harness import Ring
 
 
+def _lose_first_copy(ring: Ring, source: str, dest: str, seq: int | None) -> list[Data]:
+    """Make the wire lose the first copy of ``source``'s data packet ``seq`` on its way to ``dest``; returns the
+    list the lost packet is put in."""
+    dropped: list[Data] = []
+
+    def lose(src: str, dst: str, p: object) -> bool:
+        if src == source and dst == dest and isinstance(p, Data) and p.seq == seq and not dropped:
+            dropped.append(p)
+            return True
+        return False
+
+    ring.drop = lose
+    return dropped
+
+
 def test_a_source_resending_an_ordered_packet_makes_the_token_site_pass_the_token_at_once() -> None:
     """A source that missed the ACK ordering its packet knows of no hole and only resends; on a quiet ring nobody
     would tell it for a whole ``null_ack_interval``.  The token site answers the resend with a prompt NULL ACK."""
@@ -40,15 +55,7 @@ def test_the_token_site_asks_the_source_for_a_packet_it_knows_exists() -> None:
     ring = Ring(3, EngineConfig(journal=True, rto_initial=1.0))  # the source would resend after a second
     a, c = ring.pids[0], ring.pids[2]
     first = ring.send(2, b"one")
-    dropped: list[Data] = []
-
-    def lose_first_copy(src: str, dst: str, p: object) -> bool:
-        if src == c and dst == a and isinstance(p, Data) and p.seq == first and not dropped:
-            dropped.append(p)
-            return True
-        return False
-
-    ring.drop = lose_first_copy
+    dropped = _lose_first_copy(ring, c, a, first)
     ring.flush()
     ring.send(2, b"two")
     ordered = ring.advance_until(lambda: ring.delivered(0) == [b"one", b"two"], 0.5)
@@ -135,15 +142,7 @@ def _first_nack_delay(*, lose: str) -> float | None:
     victim = ring.send(2, b"one")
     if lose == "first":
         assert ring.send(2, b"two") == victim + 1
-    dropped: list[Data] = []
-
-    def lose_to_b(src: str, dst: str, p: object) -> bool:
-        if src == c and dst == b and isinstance(p, Data) and p.seq == victim and not dropped:
-            dropped.append(p)
-            return True
-        return False
-
-    ring.drop = lose_to_b
+    dropped = _lose_first_copy(ring, c, b, victim)
     ring.flush()
     assert dropped and ring[1].accept_target is not None and not ring[1].have_token
     passed = ring.now

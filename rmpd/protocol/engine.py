@@ -273,6 +273,13 @@ class GroupEngine(Reformation):
         """When each packet was last multicast again for a NACK, keyed by (timestamp, None, 0) for what the
         OrderingQ holds and (-1, src, seq) for unordered data: see ``_on_nack``."""
         self._nack_contig = start_ts
+        self.gap_deadline: float | None = None
+        """When to ask sources for packets of theirs known to exist but not held here: see ``_ask_sources``."""
+        self.gap_tries = 0
+        self._gap_first: tuple[ProcessId, int] | None = None
+        """The first such packet the current asking is about: a new one starts the wait and the back-off afresh."""
+        self._gappy: set[ProcessId] = set()
+        """Sources a packet arrived from while an earlier unordered one of theirs was not held (maybe a gap)."""
         self.stall_deadline: float | None = None
         self.stall_tries = 0
         self._hint_target: ProcessId | None = None
@@ -343,7 +350,7 @@ class GroupEngine(Reformation):
         deadlines = [
             d
             for d in (
-                self.pass_timer.deadline, self.rto.deadline, self.null_deadline, self.nack_deadline,
+                self.pass_timer.deadline, self.rto.deadline, self.null_deadline, self.nack_deadline, self.gap_deadline,
                 self.stall_deadline, self.hint_deadline, self.request_timer.deadline, self.recovery_deadline(),
                 self._linger_deadline(),
             )
@@ -564,6 +571,8 @@ class GroupEngine(Reformation):
             self.null_deadline = None
             if self.have_token:
                 self._send_ack((), self.incoming_quiet + 1, now)
+        if self.gap_deadline is not None and now >= self.gap_deadline:
+            self._ask_sources(now)
         if self.nack_deadline is not None and now >= self.nack_deadline:
             if (self.nack_tries >= self.config.nack_rotate + self.config.fail_retries and not self.frozen
                     and self._nack_first_at is not None and now - self._nack_first_at >= self.config.fail_after):
@@ -649,6 +658,8 @@ class GroupEngine(Reformation):
         else:
             self.data[key] = packet
             self.unordered.setdefault(packet.src, set()).add(packet.seq)
+            if packet.seq - 1 > self.ordered_upto.get(packet.src, 0) and (packet.src, packet.seq - 1) not in self.data:
+                self._gappy.add(packet.src)
         level = packet.qos.level
         if level == Level.UNORDERED:
             self._deliver(packet, ts, now, holders=1)
@@ -1027,6 +1038,7 @@ class GroupEngine(Reformation):
         self.accept_target = None
         self.null_deadline = None
         self.nack_deadline = None
+        self.gap_deadline = None
         self.stall_deadline = None
         self.hint_deadline = None
         self.rto.stop()
@@ -1265,7 +1277,6 @@ class GroupEngine(Reformation):
 
     def _send_nack(self, now: float, *, tail: bool) -> None:
         missing = self.q.missing(256)
-        gaps: list[tuple[ProcessId, int]] = []
         if tail:
             tries = self.stall_tries
             self.stall_tries += 1
@@ -1273,10 +1284,7 @@ class GroupEngine(Reformation):
             self.stall_deadline = now + delay
         else:
             self.nack_deadline = None
-            # Without holes, the token site may be held up by a packet only its source is sure to hold.
-            if self.have_token and not missing:
-                gaps = self._source_gaps(self.config.nack_response_limit)
-            if not missing and not gaps:
+            if not missing:
                 return
             tries = self.nack_tries
             self.nack_tries += 1
@@ -1285,36 +1293,55 @@ class GroupEngine(Reformation):
             # Doubling from the NACK round trip's timeout, up to what doubling nack_timeout five times gives.
             delay = min(self.nack_rtt.rto * 2 ** tries, self.config.nack_timeout * 32, self.config.rto_max)
             self.nack_deadline = now + delay
-        if gaps:
-            source = gaps[0][0]
-            target = source if tries < self.config.nack_rotate and source in self.view else None
-        elif tail and self._hint_target is not None:
-            target = self._hint_target
-        else:
-            target = self._nack_target(tries, tail=tail)
-        self._emit_nack(now, target, tail=tail, missing=missing, data=gaps)
-
-    def _gap_blocked(self) -> bool:
-        """Does this token site hold another source's packets it cannot order yet?  It orders each source's packets
-        in sequence and orders everything it can at once, so anything left unordered waits for a packet missing
-        here (lost, or still on its way)."""
-        return self.have_token and any(src != self.pid for src in self.unordered)
+        hint = self._hint_target if tail else None
+        target = hint if hint is not None else self._nack_target(tries, tail=tail)
+        self._emit_nack(now, target, tail=tail, missing=missing)
 
     def _source_gaps(self, limit: int) -> list[tuple[ProcessId, int]]:
-        """(src, seq) of packets this token site knows exist, because it holds later ones from the same source,
-        but does not hold.  Only the token site asks for them (in a NACK's ``data``, naming the source): every
-        other member learns of them from the ACK that orders them, and the source otherwise resends them only
-        when its retransmission timer, backed off under loss, expires."""
+        """(src, seq) of packets not yet ordered that we know exist, because we hold a later packet of the same
+        source, but do not hold.  Only sources in ``_gappy`` are looked at; one found without a gap leaves it."""
         gaps: list[tuple[ProcessId, int]] = []
-        for src, seqs in self.unordered.items():
-            if src == self.pid or not seqs:
-                continue
-            for seq in range(self.ordered_upto.get(src, 0) + 1, max(seqs)):
-                if (src, seq) not in self.data:
-                    gaps.append((src, seq))
-                    if len(gaps) >= limit:
-                        return gaps
+        for src in list(self._gappy):
+            seqs = self.unordered.get(src)
+            newest = max(seqs) if seqs else 0
+            lacking = (s for s in range(self.ordered_upto.get(src, 0) + 1, newest) if (src, s) not in self.data)
+            found = [(src, seq) for seq in itertools.islice(lacking, limit - len(gaps))]
+            if not found:
+                self._gappy.discard(src)
+            gaps.extend(found)
+            if len(gaps) >= limit:
+                break
         return gaps
+
+    def _watch_source_gaps(self, now: float) -> None:
+        """Arm ``_ask_sources`` while a source's packet is known missing: after the reordering wait for a new first
+        gap, keeping the back-off while the same one stays unfilled."""
+        gaps = self._source_gaps(1) if self._gappy and not self.frozen else []
+        first = gaps[0] if gaps else None
+        if first != self._gap_first:
+            self._gap_first = first
+            self.gap_tries = 0
+            self.gap_deadline = None if first is None else now + self._nack_wait()
+
+    def _ask_sources(self, now: float) -> None:
+        """Ask sources for their packets we know exist but lack, before any ACK orders them (a NACK whose ``data``
+        names them, naming the first one's source, no one after ``nack_rotate`` tries; unanswered, again after the
+        NACK timeout, doubling).  The token site cannot order a source's later packets without the missing one,
+        and the next site cannot accept the token until it holds what an ACK ordered: asked for only then, the
+        repair is a round trip on the ring's path at every pass; asked for on arrival, it is most often done
+        before the token comes (docs/protocol.md, "NACKs")."""
+        gaps = self._source_gaps(self.config.nack_response_limit)
+        if not gaps:
+            self.gap_deadline = None
+            return
+        tries = self.gap_tries
+        self.gap_tries += 1
+        self.gap_deadline = now + min(self.nack_rtt.rto * 2 ** tries, self.config.nack_timeout * 32,
+                                      self.config.rto_max)
+        source = gaps[0][0]
+        target = source if tries < self.config.nack_rotate and source in self.view else None
+        self.stats["gap_nacks_sent"] += 1
+        self._emit_nack(now, target, tail=False, missing=[], data=gaps)
 
     def _emit_nack(self, now: float, target: ProcessId | None, *, tail: bool, missing: list[int],
                    data: list[tuple[ProcessId, int]] | None = None) -> None:
@@ -1632,13 +1659,14 @@ class GroupEngine(Reformation):
         # NACK holes; the first NACK waits a little so reordering alone does not cause one.
         if q.contig != self._nack_contig:
             self._hole_filled(now)
-        if q.contig < q.high or self._gap_blocked():
+        if q.contig < q.high:
             if self._named_with_holes():
                 self.nack_deadline = now  # the ring waits on us: ask at once
             elif self.nack_deadline is None:
                 self.nack_deadline = now + self._nack_wait()
         else:
             self.nack_deadline = None
+        self._watch_source_gaps(now)
         # Stall: undelivered messages, or own packets waiting to be ordered, and no new ACK for a while.  The
         # latter alone is how the ring's survivors notice a lost token (the token site passed it to a member that
         # had just crashed, then crashed too): the data timer, from the ordering time under load, took 12 s.

@@ -12,13 +12,16 @@ from rmpd.protocol.packets import Ack, Data, Nack, encode
 from .harness import Ring
 
 
-def _lose_first_copy(ring: Ring, source: str, dest: str, seq: int | None) -> list[Data]:
-    """Make the wire lose the first copy of ``source``'s data packet ``seq`` on its way to ``dest``; returns the
-    list the lost packet is put in."""
+def _lose_first_copy(ring: Ring, source: str, dest: str | set[str], seq: int | None) -> list[Data]:
+    """Make the wire lose the first copy of ``source``'s data packet ``seq`` on its way to ``dest`` (each of
+    them); returns the list each lost copy is put in."""
     dropped: list[Data] = []
+    dests = {dest} if isinstance(dest, str) else dest
+    lost_at: set[str] = set()
 
     def lose(src: str, dst: str, p: object) -> bool:
-        if src == source and dst == dest and isinstance(p, Data) and p.seq == seq and not dropped:
+        if src == source and dst in dests and isinstance(p, Data) and p.seq == seq and dst not in lost_at:
+            lost_at.add(dst)
             dropped.append(p)
             return True
         return False
@@ -62,6 +65,25 @@ def test_the_token_site_asks_the_source_for_a_packet_it_knows_exists() -> None:
     assert dropped and ordered is not None and ordered < 0.1, ordered
     asks = [p for s, _, p in ring.log if s == a and isinstance(p, Nack) and p.data]
     assert asks and asks[0].target == c and (c, first) in asks[0].data
+
+
+def test_every_member_asks_the_source_for_a_packet_it_knows_exists_before_an_ack_orders_it() -> None:
+    """A member that holds a source's later packet but not an earlier one asks the source for it after the
+    reordering wait, whether or not it holds the token: asked for only once an ACK ordered it, the repair would be
+    a round trip on the ring's path at every pass it held up.  Here the token site lost it too, so no ACK orders
+    it until the source answers."""
+    ring = Ring(3, EngineConfig(journal=True, rto_initial=1.0, nack_delay=0.002))
+    a, b, c = ring.pids
+    assert ring[0].have_token
+    first = ring.send(2, b"one")
+    _lose_first_copy(ring, c, {a, b}, first)
+    ring.flush()
+    ring.send(2, b"two")
+    ordered = ring.advance_until(lambda: ring.delivered(1) == [b"one", b"two"], 0.5)
+    assert ordered is not None and ordered < 0.05, ordered
+    asks = [p for s, _, p in ring.log if s == b and isinstance(p, Nack) and p.data]
+    assert asks and asks[0].target == c and (c, first) in asks[0].data and not asks[0].missing
+    assert ring[1].stats["gap_nacks_sent"] >= 1
 
 
 def test_a_confirmation_after_a_repair_is_no_round_trip_sample() -> None:

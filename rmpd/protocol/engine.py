@@ -96,6 +96,9 @@ def check_message_size(config: EngineConfig, payload: bytes, qos: QoS) -> None:
         raise MessageTooLarge(f"an unreliable message must fit one packet ({config.max_packet} bytes)")
 
 
+STALL_NACKS = 3
+"""Tail NACKs left unanswered before a stall is taken for a failure (docs/protocol.md, "Tail NACKs")."""
+
 NAMED_HOLE_SCAN = 256
 """How many slots before a pass's last one ``_named_with_holes`` examines (NACKs name at most 256 holes too)."""
 
@@ -278,8 +281,9 @@ class GroupEngine(Reformation):
         self.gap_tries = 0
         self._gap_first: tuple[ProcessId, int] | None = None
         """The first such packet the current asking is about: a new one starts the wait and the back-off afresh."""
-        self._gappy: set[ProcessId] = set()
-        """Sources a packet arrived from while an earlier unordered one of theirs was not held (maybe a gap)."""
+        self._gappy: dict[ProcessId, None] = {}
+        """Sources a packet arrived from while an earlier unordered one of theirs was not held (maybe a gap); a dict
+        as an ordered set, so that which gap is asked for first does not depend on string hashing."""
         self.stall_deadline: float | None = None
         self.stall_tries = 0
         self._hint_target: ProcessId | None = None
@@ -586,7 +590,7 @@ class GroupEngine(Reformation):
                 self._hint_quiet_until = now + self._hint_gap
                 self._hint_gap = min(self._hint_gap * 2, self.config.rto_max)
         if self.stall_deadline is not None and now >= self.stall_deadline:
-            if self.stall_tries >= 3:
+            if self.stall_tries >= STALL_NACKS:
                 self.stall_deadline = None
                 self.suspect_failure(now, "stall")
             else:
@@ -659,7 +663,7 @@ class GroupEngine(Reformation):
             self.data[key] = packet
             self.unordered.setdefault(packet.src, set()).add(packet.seq)
             if packet.seq - 1 > self.ordered_upto.get(packet.src, 0) and (packet.src, packet.seq - 1) not in self.data:
-                self._gappy.add(packet.src)
+                self._gappy[packet.src] = None
         level = packet.qos.level
         if level == Level.UNORDERED:
             self._deliver(packet, ts, now, holders=1)
@@ -1222,8 +1226,10 @@ class GroupEngine(Reformation):
         and it holds what its ACK ordered.  An unanswered NACK for those packets most often means the NACK or its
         answer was lost, so it goes to the same site again.  A tail NACK asks for what comes after the newest ACK
         known here, which that site may have missed too, so it goes round the ring from there.  After
-        ``nack_rotate`` tries a NACK names no one and any holder answers (which also gets past a failed target)."""
-        if tries >= self.config.nack_rotate or self.view.size == 1:
+        ``nack_rotate`` tries a NACK names no one and any holder answers (which also gets past a failed target); so
+        does the last tail NACK before a stall is taken for a failure, or three losses in a row under heavy loss
+        (the NACK to its one target, or that target's answer) would start a needless reformation."""
+        if tries >= self.config.nack_rotate or (tail and tries >= STALL_NACKS - 1) or self.view.size == 1:
             return None
         base = next((m for m in (self.last_ack_sender, self.token_site) if m in self.view), self.view.members[0])
         target = self.view.next_after(base, tries) if tail else base
@@ -1275,6 +1281,15 @@ class GroupEngine(Reformation):
             return self.config.nack_delay
         return min(self.config.nack_delay, max(self.config.rto_min, srtt))
 
+    def _nack_retry_after(self, tries: int) -> float:
+        """How long the NACK sent after ``tries`` unanswered ones waits for its answer: the timeout of the NACK
+        round trip while it names the same site (the paper resends "if there is no response within the specified
+        timeout"; under random loss an unanswered NACK is a lost NACK or a lost answer, and doubling made a repair
+        that failed twice wait four timeouts, with the whole ring waiting on it when the next token site asked),
+        then doubling once it names no one, up to what doubling ``nack_timeout`` five times gives."""
+        doublings = max(0, tries - self.config.nack_rotate + 1)
+        return min(self.nack_rtt.rto * 2 ** doublings, self.config.nack_timeout * 32, self.config.rto_max)
+
     def _send_nack(self, now: float, *, tail: bool) -> None:
         missing = self.q.missing(256)
         if tail:
@@ -1290,10 +1305,8 @@ class GroupEngine(Reformation):
             self.nack_tries += 1
             if tries == 0:
                 self._nack_first_at = now
-            # Doubling from the NACK round trip's timeout, up to what doubling nack_timeout five times gives.
-            delay = min(self.nack_rtt.rto * 2 ** tries, self.config.nack_timeout * 32, self.config.rto_max)
-            self.nack_deadline = now + delay
-        hint = self._hint_target if tail else None
+            self.nack_deadline = now + self._nack_retry_after(tries)
+        hint = self._hint_target if tail and tries < STALL_NACKS - 1 else None
         target = hint if hint is not None else self._nack_target(tries, tail=tail)
         self._emit_nack(now, target, tail=tail, missing=missing)
 
@@ -1307,7 +1320,7 @@ class GroupEngine(Reformation):
             lacking = (s for s in range(self.ordered_upto.get(src, 0) + 1, newest) if (src, s) not in self.data)
             found = [(src, seq) for seq in itertools.islice(lacking, limit - len(gaps))]
             if not found:
-                self._gappy.discard(src)
+                del self._gappy[src]
             gaps.extend(found)
             if len(gaps) >= limit:
                 break
@@ -1325,8 +1338,8 @@ class GroupEngine(Reformation):
 
     def _ask_sources(self, now: float) -> None:
         """Ask sources for their packets we know exist but lack, before any ACK orders them (a NACK whose ``data``
-        names them, naming the first one's source, no one after ``nack_rotate`` tries; unanswered, again after the
-        NACK timeout, doubling).  The token site cannot order a source's later packets without the missing one,
+        names them, naming the first one's source, no one after ``nack_rotate`` tries; unanswered, again after
+        ``_nack_retry_after``).  The token site cannot order a source's later packets without the missing one,
         and the next site cannot accept the token until it holds what an ACK ordered: asked for only then, the
         repair is a round trip on the ring's path at every pass; asked for on arrival, it is most often done
         before the token comes (docs/protocol.md, "NACKs")."""
@@ -1336,8 +1349,7 @@ class GroupEngine(Reformation):
             return
         tries = self.gap_tries
         self.gap_tries += 1
-        self.gap_deadline = now + min(self.nack_rtt.rto * 2 ** tries, self.config.nack_timeout * 32,
-                                      self.config.rto_max)
+        self.gap_deadline = now + self._nack_retry_after(tries)
         source = gaps[0][0]
         target = source if tries < self.config.nack_rotate and source in self.view else None
         self.stats["gap_nacks_sent"] += 1

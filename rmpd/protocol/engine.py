@@ -822,8 +822,11 @@ class GroupEngine(Reformation):
                 pass  # _multicast already unicast a copy to members that cannot receive multicast
             elif request.op == "join" and change.changed:
                 self._unicast(request.src, nl, now)
-            self.pass_pending = nl  # type: ignore[assignment]
-            self._start_pass_timer(now)
+            if next_site != self.pid:
+                self.pass_pending = nl  # type: ignore[assignment]
+                self._start_pass_timer(now)
+            else:  # a New List leaving only us passes the token to ourselves: nothing will confirm it
+                self._pass_confirmed()
             self._on_new_list(nl, now)
             return True
         return False

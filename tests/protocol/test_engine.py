@@ -391,7 +391,7 @@ def test_a_tail_nack_goes_round_the_ring_a_hole_nack_stays_with_the_ack_sender()
     one before the stall counts as a failure names no one, so any holder answers (under heavy loss three single
     tries can all fail on a live ring)."""
     ring = Ring(4)
-    a, b, c, _ = ring.pids
+    _, b, c, _ = ring.pids
     engine = ring[3]
     engine.last_ack_sender = b
     assert [engine._nack_target(t) for t in range(4)] == [b, b, b, None]

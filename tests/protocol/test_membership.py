@@ -71,6 +71,25 @@ def test_messages_split_at_the_same_point_around_view_changes() -> None:
     assert sorted(x for x in suffixes[0] if isinstance(x, bytes)) == sorted(f"m{i}".encode() for i in range(8))
 
 
+def test_a_member_left_alone_by_a_leave_waits_on_no_token_pass() -> None:
+    """The New List that removes the only other member passes the token to its sender itself; nothing will confirm
+    that pass, so none may be pending (it was resent until a failure was suspected, 4.5 s later, and the
+    reformation held up the last member's own leave)."""
+    net = group_of(2)
+    a, b = net.pids
+    for i in (0, 1):  # whichever member orders the leave, the token ends with the one left
+        net.send(1 - i, b"before")
+        net.do(1, lambda p, now: p.leave("g", now))
+        net.advance(10.0)
+        engine = net[0].engines["g"]
+        assert net.views(0)[-1] == (a,)
+        assert engine.pass_pending is None and engine.pass_timer.deadline is None
+        assert engine.stats["failures_suspected"] == 0 and engine.stats["ack_retransmits"] == 0
+        net.do(1, lambda p, now: p.join("g", now))
+        net.advance(1.0)
+        assert net.views(1)[-1] == (a, b)
+
+
 def test_leave_commits_then_departs_and_nothing_sent_is_lost() -> None:
     net = group_of(3)
     a, b, _c = net.pids

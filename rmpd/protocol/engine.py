@@ -1290,8 +1290,8 @@ class GroupEngine(Reformation):
         timeout"; under random loss an unanswered NACK is a lost NACK or a lost answer, and doubling made a repair
         that failed twice wait four timeouts, with the whole ring waiting on it when the next token site asked),
         then doubling once it names no one, up to what doubling ``nack_timeout`` five times gives."""
-        doublings = max(0, tries - self.config.nack_rotate + 1)
-        return min(self.nack_rtt.rto * 2 ** doublings, self.config.nack_timeout * 32, self.config.rto_max)
+        doublings = min(max(0, tries - self.config.nack_rotate + 1), 32)  # the clamp is reached long before
+        return min(self.nack_rtt.rto * 2.0 ** doublings, self.config.nack_timeout * 32, self.config.rto_max)
 
     def _send_nack(self, now: float, *, tail: bool) -> None:
         missing = self.q.missing(256)

@@ -41,10 +41,17 @@ def fmt(value: float | None, digits: int = 0) -> str:
     return "-" if value is None else f"{value:,.{digits}f}"
 
 
+def delivered_all(result: dict[str, Any]) -> str:
+    """"yes", or how many messages the member that received fewest is short of what was sent."""
+    if result["complete"]:
+        return "yes"
+    return f"[red]no: {result['sent'] - min(result['received']):,} missing[/red]"
+
+
 def render(results: list[dict[str, Any]], console: Console) -> None:
     table = Table(title="rmp bench: messages delivered per second per member (goodput) vs raw UDP multicast")
     for column in ("members", "senders", "size", "qos", "where", "raw msg/s", "rmpd msg/s", "ratio",
-                   "p50 ms", "p99 ms", "CPU µs/msg", "raw CPU µs/msg", "daemon peak RSS MiB"):
+                   "p50 ms", "p99 ms", "CPU µs/msg", "raw CPU µs/msg", "daemon peak RSS MiB", "all delivered"):
         table.add_column(column, justify="right")
     for r in results:
         cpu = r["cpu_s_per_msg"] * 1e6 if r["cpu_s_per_msg"] is not None else None
@@ -53,7 +60,7 @@ def render(results: list[dict[str, Any]], console: Console) -> None:
         table.add_row(str(r["members"]), str(r["senders"]), str(r["size"]), r["qos"],
                       "embedded" if r["embedded"] else "daemons", fmt(r["baseline_msgs_per_s"]),
                       fmt(r["msgs_per_s"]), fmt(r["ratio"], 2), fmt(r["p50_ms"], 2), fmt(r["p99_ms"], 2),
-                      fmt(cpu, 1), fmt(raw_cpu, 1), fmt(rss, 1))
+                      fmt(cpu, 1), fmt(raw_cpu, 1), fmt(rss, 1), delivered_all(r))
     console.print(table)
 
 

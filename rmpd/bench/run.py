@@ -4,7 +4,8 @@ Every case is measured beside its baseline in the same run: the baseline is raw 
 receiving process per member, through the same socket layer the daemon uses, with the same message size.  Rates
 are messages received per second per member, counted inside a common window after a warm-up; CPU seconds per
 delivered message add up every process of the case (daemons and clients), read from /proc, which is steadier than
-wall-clock rates on a shared machine.
+wall-clock rates on a shared machine.  After the window every member reads on until its group is quiet, and a case
+is ``complete`` when each received every message sent: goodput counts nothing that was then lost.
 """
 
 from __future__ import annotations
@@ -284,12 +285,14 @@ class Bench:
                       for i in range(case.senders)]
         self.progress(f"{case.label()}: joining")
         workers = self._group_workers(specs)
-        self.progress(f"{case.label()}: measuring {self.seconds:g} s")
+        self.progress(f"{case.label()}: measuring {self.seconds:g} s, then until every member is quiet")
         window, cpu, results = self._measure(
             workers, [w.cpu_seconds for w in workers] + [d.cpu_seconds for d in daemons], self.seconds)
         delivered = [r["delivered"] for r in results[:case.members]]
         total = sum(delivered)
         msgs_per_s = statistics.fmean(delivered) / window
+        sent = sum(r["sent"] for r in results)
+        received = [r["received"] for r in results[:case.members]]
         self.progress(f"{case.label()}: latency")
         one_way_ms = [rtt / 2 * 1000 for rtt in self._latency(case, group)]
         return {
@@ -298,8 +301,10 @@ class Bench:
             "msgs_per_s": msgs_per_s,
             **baseline,
             "ratio": msgs_per_s / baseline["baseline_msgs_per_s"] if baseline["baseline_msgs_per_s"] else None,
-            "sent": sum(r["sent"] for r in results),
+            "sent": sent,
             "delivered": delivered,
+            "received": received,
+            "complete": all(n == sent for n in received),
             "cpu_s_per_msg": cpu / total if total else None,
             "p50_ms": percentile(one_way_ms, 0.5),
             "p99_ms": percentile(one_way_ms, 0.99),

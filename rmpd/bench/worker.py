@@ -35,6 +35,9 @@ from rmpd.protocol.qos import QoS
 RAW_BATCH = 64
 """Datagrams read or sent between checks of the clock, as the daemon's receive loop batches them."""
 PING_PREFIX, PONG_PREFIX = b"P", b"R"
+DRAIN_QUIET, DRAIN_LIMIT = 1.0, 20.0
+"""After the window a member keeps reading until no delivery came for DRAIN_QUIET seconds (at most DRAIN_LIMIT),
+so that what it received in all can be set against what was sent: losses still being repaired arrive then."""
 JOIN_INTERVAL, JOIN_RETRIES = 0.1, 3
 """A benchmark's group is new: its first member looks for an existing one only briefly before founding it."""
 
@@ -121,14 +124,18 @@ async def wait_members(group: Group, count: int) -> None:
 
 
 async def member(args: argparse.Namespace) -> None:
-    """Send as fast as the group takes messages (``--send``) and/or count deliveries (``--count``)."""
+    """Send as fast as the group takes messages (``--send``) and/or count deliveries (``--count``).
+
+    Reports ``sent``, ``delivered`` (inside the window) and ``received`` (every delivery, window or not, read until
+    the group has been quiet for ``DRAIN_QUIET``): the bench checks that each member received everything sent."""
     qos = QoS.parse(args.qos)
     payload = b"x" * args.size
     async with joined(args) as group:
         await wait_members(group, args.members)
         emit({"ready": True})
         begin, end = await wait_for_window()
-        sent = counted = 0
+        sent = counted = received = 0
+        last_delivery = time.time()
 
         async def sender() -> None:
             # One task streaming with post(), as a program using Spread's or Corosync's multicast call would.
@@ -139,17 +146,26 @@ async def member(args: argparse.Namespace) -> None:
 
         async def reader() -> None:
             # A sender reads its group's events too, so its daemon never cuts it off as a slow consumer.
-            nonlocal counted
+            nonlocal counted, received, last_delivery
             async for event in group:
-                if args.count and isinstance(event, rmpd.Delivery) and begin <= time.time() < end:
-                    counted += 1
+                if isinstance(event, rmpd.Delivery):
+                    received += 1
+                    last_delivery = time.time()
+                    if args.count and begin <= last_delivery < end:
+                        counted += 1
 
-        with trio.move_on_at(trio.current_time() + (end - time.time()) + 0.2):
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(reader)
-                if args.send:
-                    nursery.start_soon(sender)
-    emit({"sent": sent, "delivered": counted, "seconds": end - begin})
+        async def drained(cancel_scope: trio.CancelScope) -> None:
+            await trio.sleep(max(0.0, end - time.time()))
+            while time.time() - last_delivery < DRAIN_QUIET and time.time() < end + DRAIN_LIMIT:
+                await trio.sleep(0.1)
+            cancel_scope.cancel()
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(reader)
+            nursery.start_soon(drained, nursery.cancel_scope)
+            if args.send:
+                nursery.start_soon(sender)
+    emit({"sent": sent, "delivered": counted, "received": received, "seconds": end - begin})
 
 
 async def ping(args: argparse.Namespace) -> None:

@@ -19,6 +19,7 @@ def test_bench_measures_daemons_and_embedded_members_beside_the_baseline(loopbac
         assert case["msgs_per_s"] > 0 and case["baseline_msgs_per_s"] > 0
         assert case["ratio"] == case["msgs_per_s"] / case["baseline_msgs_per_s"]
         assert len(case["delivered"]) == 2 and min(case["delivered"]) > 0
+        assert case["received"] == [case["sent"]] * 2 and case["complete"], "every member received everything sent"
         assert case["latency_samples"] > 0 and 0 < case["p50_ms"] <= case["p99_ms"]
         assert case["cpu_s_per_msg"] > 0
     assert len(cases[0]["peak_rss_kib"]) == 2 and min(cases[0]["peak_rss_kib"]) > 0

@@ -1184,7 +1184,11 @@ class GroupEngine(Reformation):
         majority, safe) messages become deliverable only as the token goes round, and at light load they would
         otherwise wait a whole interval per member."""
         if self.incoming_quiet < self.view.size - 1:
-            waiting = self.deliver_ts <= self.q.high or self.q.base < self.latest_ack_ts
+            q = self.q
+            # Not yet stable: slots before the latest ACK not freed, or what that ACK ordered (freeing stops at
+            # its slot, which is kept) not known held by everyone.
+            waiting = (self.deliver_ts <= q.high or q.base < self.latest_ack_ts
+                       or self.holders_of(q.high) < self._eligible_holders(q.high))
             delay = self.config.null_ack_prompt if waiting else self.config.null_ack_interval
             self.null_deadline = now + delay
         else:

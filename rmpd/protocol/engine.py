@@ -822,11 +822,7 @@ class GroupEngine(Reformation):
                 pass  # _multicast already unicast a copy to members that cannot receive multicast
             elif request.op == "join" and change.changed:
                 self._unicast(request.src, nl, now)
-            if next_site != self.pid:
-                self.pass_pending = nl  # type: ignore[assignment]
-                self._start_pass_timer(now)
-            else:  # a New List leaving only us passes the token to ourselves: nothing will confirm it
-                self._pass_confirmed()
+            self._await_confirmation(nl, now)
             self._on_new_list(nl, now)
             return True
         return False
@@ -1220,10 +1216,17 @@ class GroupEngine(Reformation):
         self.null_deadline = None
         self.stats["acks_sent" if ids else "null_acks_sent"] += 1
         self._pass_bytes = self._multicast(ack, now)
-        if self.view.size > 1:
-            self.pass_pending = ack
-            self._start_pass_timer(now)
+        self._await_confirmation(ack, now)
         self._on_ack(ack, now)
+
+    def _await_confirmation(self, passing: Ack | NewList, now: float) -> None:
+        """Resend the pass (``_pass_bytes``) until the next site confirms it; a pass to ourselves (a group of one,
+        or a New List that leaves only us) has nothing to wait for."""
+        if passing.next_site == self.pid:
+            self._pass_confirmed()
+        else:
+            self.pass_pending = passing  # type: ignore[assignment]
+            self._start_pass_timer(now)
 
     # ------------------------------------------------------------------------------------------------------------
     # NACKs
@@ -1232,11 +1235,16 @@ class GroupEngine(Reformation):
         """The sender of the newest ACK known here: it accepted the token, so it held every packet before its ACK,
         and it holds what its ACK ordered.  An unanswered NACK for those packets most often means the NACK or its
         answer was lost, so it goes to the same site again.  A tail NACK asks for what comes after the newest ACK
-        known here, which that site may have missed too, so it goes round the ring from there.  After
+        known here, which that site may have missed too, so it goes round the ring from there (or to the member a
+        hint named, ``_hint_target``).  After
         ``nack_rotate`` tries a NACK names no one and any holder answers (which also gets past a failed target); so
         does the last tail NACK before a stall is taken for a failure, or three losses in a row under heavy loss
         (the NACK to its one target, or that target's answer) would start a needless reformation."""
-        if tries >= self.config.nack_rotate or (tail and tries >= STALL_NACKS - 1) or self.view.size == 1:
+        if tail and tries >= STALL_NACKS - 1:
+            return None
+        if tail and self._hint_target is not None:
+            return self._hint_target
+        if tries >= self.config.nack_rotate or self.view.size == 1:
             return None
         base = next((m for m in (self.last_ack_sender, self.token_site) if m in self.view), self.view.members[0])
         target = self.view.next_after(base, tries) if tail else base
@@ -1313,9 +1321,7 @@ class GroupEngine(Reformation):
             if tries == 0:
                 self._nack_first_at = now
             self.nack_deadline = now + self._nack_retry_after(tries)
-        hint = self._hint_target if tail and tries < STALL_NACKS - 1 else None
-        target = hint if hint is not None else self._nack_target(tries, tail=tail)
-        self._emit_nack(now, target, tail=tail, missing=missing)
+        self._emit_nack(now, self._nack_target(tries, tail=tail), tail=tail, missing=missing)
 
     def _source_gaps(self, limit: int) -> list[tuple[ProcessId, int]]:
         """(src, seq) of packets not yet ordered that we know exist, because we hold a later packet of the same
@@ -1336,6 +1342,8 @@ class GroupEngine(Reformation):
     def _watch_source_gaps(self, now: float) -> None:
         """Arm ``_ask_sources`` while a source's packet is known missing: after the reordering wait for a new first
         gap, keeping the back-off while the same one stays unfilled."""
+        if not self._gappy and self._gap_first is None:
+            return  # the common case, after every datagram: no source is known to have a gap
         gaps = self._source_gaps(1) if self._gappy and not self.frozen else []
         first = gaps[0] if gaps else None
         if first != self._gap_first:

@@ -54,7 +54,8 @@ class EngineConfig:
     max_ack_ids: int = 64
     """Data packets one ACK orders at most."""
     retransmit_burst: int = 16
-    """Own unordered packets resent per retransmission timeout."""
+    """Own unordered packets resent per retransmission timeout at most: the oldest one on a first expiry, twice as
+    many on each expiry in a row after it."""
     nack_response_limit: int = 64
     """Packets resent for one tail NACK at most."""
     max_ahead: int = 65536

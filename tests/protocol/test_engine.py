@@ -396,3 +396,39 @@ def test_a_tail_nack_goes_round_the_ring_a_hole_nack_stays_with_the_ack_sender()
     engine.last_ack_sender = b
     assert [engine._nack_target(t) for t in range(4)] == [b, b, b, None]
     assert [engine._nack_target(t, tail=True) for t in range(4)] == [b, c, None, None]
+
+
+def test_data_timer_resends_the_oldest_packet_first_then_twice_as_many_per_expiry() -> None:
+    ring = Ring(3, EngineConfig(journal=True, rto_initial=0.2, fail_retries=50))
+    b = ring.pids[1]
+    ring.drop = lambda src, dst, p: src == b and isinstance(p, Data)
+    for i in range(10):
+        ring.send(1, f"m{i}".encode())
+    ring.flush()
+    sent_before = ring[1].stats["data_retransmits"]
+    bursts = []
+    for _ in range(5):
+        ring.advance(ring[1].rto.deadline - ring.now + 0.001)
+        sent = ring[1].stats["data_retransmits"]
+        bursts.append(sent - sent_before)
+        sent_before = sent
+    assert bursts == [1, 2, 4, 8, 10], "one, then doubling, never more than are outstanding"
+    ring.drop = lambda src, dst, p: False
+    ring.advance(5.0)
+    assert ring.delivered(0) == [f"m{i}".encode() for i in range(10)]
+
+
+def test_data_round_trips_are_sampled_only_from_other_sites_acks() -> None:
+    """A token site orders its own packets in its own ACK at once: no round trip of the ring, so no sample (they
+    held the data timer at its floor while the token took longer to come round)."""
+    ring = Ring(3)
+    ring.send(0, b"a")  # A holds the token and orders its packet itself
+    ring.flush()
+    assert ring.delivered(1) == [b"a"]
+    assert ring[0].stats["acks_sent"] == 1 and ring[0].data_rtt.srtt is None
+    other = next(i for i in (1, 2) if ring[i].token_site != ring.pids[i])
+    ring.send(other, b"b")  # ordered by another site's ACK
+    ring.flush()
+    ring.advance(0.1)
+    assert ring.delivered(other) == [b"a", b"b"]
+    assert ring[other].stats["acks_sent"] == 0 and ring[other].data_rtt.srtt is not None

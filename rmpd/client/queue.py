@@ -99,10 +99,30 @@ class EventQueue(Generic[T]):
 
     async def get(self) -> T:
         """The next event; raises trio.EndOfChannel once the queue is closed and empty."""
+        await self._wait_for_items(1)
+        item = self._items.popleft()
+        self._taken()
+        return item
+
+    async def get_many(self, limit: int) -> list[T]:
+        """Every queued event up to ``limit``, at least one (waiting for it); raises trio.EndOfChannel once the
+        queue is closed and empty.  One call, one list: a reader of a busy group pays its per-event overhead once
+        per batch instead of once per event."""
+        if limit < 1:
+            raise ValueError("limit must be at least 1")
+        await self._wait_for_items(limit)
+        items = self._items
+        batch = [items.popleft() for _ in range(min(limit, len(items)))]
+        self._taken()
+        return batch
+
+    async def _wait_for_items(self, taking: int) -> None:
+        """A cancellation point; returns once something is queued, yielding to other tasks after every
+        YIELD_EVERY events taken without waiting."""
         await trio.lowlevel.checkpoint_if_cancelled()
         items = self._items
         if items:
-            self._since_yield += 1
+            self._since_yield += min(taking, len(items))
             if self._since_yield >= YIELD_EVERY:
                 self._since_yield = 0
                 await trio.lowlevel.cancel_shielded_checkpoint()
@@ -115,7 +135,7 @@ class EventQueue(Generic[T]):
                 await self._getters.park()
             finally:
                 self._reader_parked = bool(self._getters)
-        item = items.popleft()
-        if self._putters and len(items) < self._limit:
+
+    def _taken(self) -> None:
+        if self._putters and len(self._items) < self._limit:
             self._putters.unpark_all()
-        return item

@@ -230,3 +230,28 @@ async def test_posting_to_a_daemon_that_died_raises_connection_lost_instead_of_w
                 for _ in range(POST_LIMIT * 2):  # more than the limit: a post that waited would wait forever
                     await group.post(b"x" * 100)
                 await group.flush()
+
+
+async def test_batches_give_the_group_stream_as_lists_and_raise_what_ended_it(daemons) -> None:
+    d = daemons()
+    count = 3000
+    with trio.fail_after(120):
+        async with rmpd.connect(d.socket) as client:
+            group = await client.join("batches")
+            for n in range(count):
+                await group.post(n.to_bytes(4, "big"))
+            await group.flush()
+            got: list[rmpd.Delivery] = []
+            sizes = []
+            async for batch in group.batches(max_events=500):
+                assert 1 <= len(batch) <= 500
+                sizes.append(len(batch))
+                got += [e for e in batch if isinstance(e, rmpd.Delivery)]
+                if len(got) == count:
+                    break
+            assert [int.from_bytes(e.payload, "big") for e in got] == list(range(count))
+            assert max(sizes) > 1, "what arrived together is read together"
+            d.stop(signal.SIGKILL)
+            with pytest.raises(rmpd.ConnectionLost):
+                async for _ in group.batches():
+                    pass

@@ -85,3 +85,61 @@ async def test_a_flooded_reader_lets_other_tasks_run() -> None:
             await queue.get()
         assert ticks - before >= 9
         nursery.cancel_scope.cancel()
+
+
+async def test_get_many_takes_what_is_queued_up_to_its_limit_and_waits_for_at_least_one() -> None:
+    queue: EventQueue[int] = EventQueue(100)
+    await queue.put_many([1, 2, 3, 4, 5])
+    assert await queue.get_many(3) == [1, 2, 3]
+    assert await queue.get_many(100) == [4, 5]
+    got: list[int] = []
+
+    async def read() -> None:
+        got.extend(await queue.get_many(100))
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(read)
+        await trio.testing.wait_all_tasks_blocked()
+        assert got == [], "an empty queue makes the reader wait"
+        await queue.put_many([6, 7])
+    assert got == [6, 7]
+    with pytest.raises(ValueError):
+        await queue.get_many(0)
+
+
+async def test_get_many_frees_room_for_a_waiting_producer_then_ends_after_the_error() -> None:
+    queue: EventQueue[object] = EventQueue(4)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(queue.put_many, list(range(6)))
+        await trio.testing.wait_all_tasks_blocked()
+        assert await queue.get_many(10) == [0, 1, 2, 3]
+    error = RuntimeError("left")
+    queue.close(error)
+    assert await queue.get_many(10) == [4, 5, error]
+    with pytest.raises(trio.EndOfChannel):
+        await queue.get_many(10)
+
+
+async def test_a_flooded_batch_reader_lets_other_tasks_run() -> None:
+    queue: EventQueue[int] = EventQueue(10_000)
+    await queue.put_many(list(range(10 * YIELD_EVERY)))
+    ticks = 0
+
+    async def other() -> None:
+        nonlocal ticks
+        while True:
+            ticks += 1
+            await trio.lowlevel.checkpoint()
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(other)
+        await trio.lowlevel.checkpoint()
+        before = ticks
+        for _ in range(10):
+            assert len(await queue.get_many(YIELD_EVERY)) == YIELD_EVERY
+        assert ticks - before >= 9
+        nursery.cancel_scope.cancel()
+    with trio.CancelScope() as scope:
+        scope.cancel()
+        await queue.get_many(1)
+    assert scope.cancelled_caught

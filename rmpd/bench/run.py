@@ -276,13 +276,14 @@ class Bench:
         group = f"bench-{next(self._groups)}"
         common = ["--group", group, "--members", str(case.members), "--qos", case.qos, "--size", str(case.size)]
         daemons: list[DaemonProcess] = [] if case.embedded else self._ensure_daemons(case.members)
-        if case.embedded:  # the first members send and count: each is a process of the group
-            specs = [("member", i, [*common, *self._member_args(i, True), "--count",
-                                    *(["--send"] if i < case.senders else [])]) for i in range(case.members)]
-        else:  # a counting client per daemon, and sending clients spread over the daemons
-            specs = [("member", i, [*common, *self._member_args(i, False), "--count"]) for i in range(case.members)]
+        # One application process per member (an embedded node, or a client of that member's daemon) counts what
+        # it receives; the first ones also send, as in Spread's and JGroups' throughput tests.  Senders beyond
+        # the members are clients of their own, spread over the daemons.
+        specs = [("member", i, [*common, *self._member_args(i, case.embedded), "--count",
+                                *(["--send"] if i < case.senders else [])]) for i in range(case.members)]
+        if not case.embedded:
             specs += [("member", i % case.members, [*common, *self._member_args(i % case.members, False), "--send"])
-                      for i in range(case.senders)]
+                      for i in range(case.members, case.senders)]
         self.progress(f"{case.label()}: joining")
         workers = self._group_workers(specs)
         self.progress(f"{case.label()}: measuring {self.seconds:g} s, then until every member is quiet")

@@ -149,7 +149,7 @@ async def member(args: argparse.Namespace) -> None:
             # batches, as a program reading a busy group would (one clock read per batch, as raw-recv does).
             nonlocal counted, received, last_delivery
             async for batch in group.batches():
-                n = sum(1 for event in batch if isinstance(event, rmpd.Delivery))
+                n = list(map(type, batch)).count(rmpd.Delivery)  # deliveries are exactly Delivery: counted in C
                 if n:
                     received += n
                     last_delivery = time.time()

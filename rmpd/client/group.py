@@ -59,9 +59,10 @@ class Group:
             self.view, self._members = event.view, list(event.members)
         await self._events.put_many((event,))
 
-    def _feed_over(self, event: Event) -> int:
-        """Queue an event even past EVENT_BUFFER; the number queued (the embedded node then slows the group)."""
-        return self._events.put_over(event)
+    def _feed_over(self, events: list[Delivery]) -> int:
+        """Queue a packet's deliveries even past EVENT_BUFFER; the number queued (the embedded node then slows the
+        group)."""
+        return self._events.put_over(events)
 
     def _when_caught_up(self, backlog: int, callback: Callable[[], None]) -> None:
         """Call ``callback`` once, from the reader, when no more than ``backlog`` events are left to read."""

@@ -21,9 +21,8 @@ from rmpd.daemon.journal import FlushingJournal
 from rmpd.daemon.shell import ProcessShell
 from rmpd.protocol.config import EngineConfig
 from rmpd.protocol.engine import MessageTooLarge, check_message_size
-from rmpd.protocol.events import CallAnswered, JoinFailed, Left, LockResult, ViewInstalled
+from rmpd.protocol.events import CallAnswered, Delivered, JoinFailed, Left, LockResult, ViewInstalled
 from rmpd.protocol.events import CallRequest as EngineCallRequest
-from rmpd.protocol.events import Delivery as EngineDelivery
 from rmpd.protocol.events import Event as EngineEvent
 from rmpd.protocol.ids import view_name
 from rmpd.protocol.naming import DEFAULT_RANGE
@@ -288,11 +287,14 @@ class Node:
     # Engine events -> Group events
 
     def _on_event(self, event: EngineEvent) -> None:
-        if isinstance(event, EngineDelivery):  # the common case first: one per delivered message
+        if type(event) is Delivered:  # the common case first: one per delivered packet
             group = self._groups.get(event.group)
             if group is not None:
-                group._feed_over(make_delivery(event.payload, event.src, event.seq, event.qos, event.ts,
-                                               view_name(event.view), event.group, event.handler, event.index))
+                make, src, seq, qos, ts, view, name, handler = (make_delivery, event.src, event.seq, event.qos,
+                                                                event.ts, view_name(event.view), event.group,
+                                                                event.handler)
+                group._feed_over([make(payload, src, seq, qos, ts, view, name, handler, index)
+                                  for index, payload in enumerate(event.payloads)])
             return
         if isinstance(event, CallAnswered):
             entry = self._calls.get(event.call_id)

@@ -58,12 +58,12 @@ class EventQueue(Generic[T]):
             self._wake_readers()
         return True
 
-    def put_over(self, item: T) -> int:
-        """Queue one event even past the bound (dropped once closed); the number of events queued.  For a backend
+    def put_over(self, items: Sequence[T]) -> int:
+        """Queue events even past the bound (dropped once closed); the number of events queued.  For a backend
         that cannot wait and must not drop what the group delivered: it slows the group itself once the queue is
         long (the embedded node's overrun rule), and the protocol bounds what still arrives meanwhile."""
         if not self._closed:
-            self._items.append(item)
+            self._items.extend(items)
             if self._reader_parked:
                 self._wake_readers()
         return len(self._items)

@@ -22,7 +22,7 @@ import trio
 from rmpd.protocol.events import (
     CallAnswered,
     CallRequest,
-    Delivery,
+    Delivered,
     Event,
     JoinFailed,
     Left,
@@ -85,7 +85,7 @@ class Hub:
         """Calls to groups made for local clients, by call ID, answered from CallAnswered events."""
         self.stats: dict[str, int] = defaultdict(int)
         shell.on_event = self.on_event
-        self.deliveries: dict[str, list[list[Any]]] = defaultdict(list)
+        self.deliveries: dict[str, list[tuple[Any, ...]]] = defaultdict(list)
         """Deliveries of the current drain per group, not yet pushed to clients, as runs: [src, seq, qos, ts, view,
         handler, first index, [payload, ...]], one per packet delivered."""
         shell.after_drain.append(self._send_deliveries)
@@ -359,18 +359,12 @@ class Hub:
     # Events from the engine, in order
 
     def on_event(self, event: Event) -> None:
-        if isinstance(event, Delivery):
+        if type(event) is Delivered:
             # Gathered and sent as one frame per group after the drain: a busy group costs one frame per batch.
-            # Messages that came packed in one packet travel as one run: its fields once, then its payloads.
-            runs = self.deliveries[event.group]
-            if runs:
-                last = runs[-1]
-                if last[1] == event.seq and last[0] == event.src and last[6] + len(last[7]) == event.index:
-                    last[7].append(event.payload)
-                    return
+            # A packet's messages travel as one run: its fields once, then its payloads (from index 0).
             qos = _QOS_NAMES.get(event.qos) or event.qos.name()
-            runs.append([event.src, event.seq, qos, event.ts, view_name(event.view), event.handler, event.index,
-                         [event.payload]])
+            self.deliveries[event.group].append((event.src, event.seq, qos, event.ts, view_name(event.view),
+                                                 event.handler, 0, event.payloads))
             return
         self._send_deliveries(event.group)  # whatever was delivered before this event goes first
         if isinstance(event, ViewInstalled):

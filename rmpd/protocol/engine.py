@@ -26,14 +26,14 @@ from rmpd.scmp.filter import Verdict
 from .config import EngineConfig
 from .events import (
     CallRequest,
-    Delivery,
+    Delivered,
     Event,
     Left,
     LockResult,
     SendRefused,
     Transmit,
     ViewInstalled,
-    make_delivery,
+    make_delivered,
 )
 from .flow import RttEstimator, SendWindow
 from .ids import ProcessId, ViewCounter, ViewId
@@ -1493,8 +1493,8 @@ class GroupEngine(Reformation):
                      src=call.caller, qos=packet.qos.name())
         delivered: tuple[bytes, ...] = ()
         if accepted and holder is None:
-            self._events.append(Delivery(self.group, call.caller, call.stamp, packet.qos, ts, view.view_id,
-                                         call.payload, None))
+            self._events.append(Delivered(self.group, call.caller, call.stamp, packet.qos, ts, view.view_id, None,
+                                          (call.payload,)))
             delivered = (call.payload,)
         elif accepted and holder == self.pid:
             self._events.append(CallRequest(self.group, call.caller, call.conn, call.stamp, handler or 0,
@@ -1556,11 +1556,9 @@ class GroupEngine(Reformation):
             # the handler's holder) is decided by the SCMP filter, not by this packet's payload.
             messages = self._deliver_call(packet, packet.payload, ts, now)  # type: ignore[arg-type]
         else:
-            group, src, seq, qos, view, handler = (self.group, packet.src, packet.seq, packet.qos, self.view.view_id,
-                                                   packet.handler)
-            make = make_delivery
-            self._events.extend([make(group, src, seq, qos, ts, view, payload, handler, index)
-                                 for index, payload in enumerate(messages)])
+            if messages:
+                self._events.append(make_delivered(self.group, packet.src, packet.seq, packet.qos, ts,
+                                                   self.view.view_id, packet.handler, messages))
         if self.config.journal:
             extra: dict[str, Any] = {"parts": len(messages)} if len(messages) != 1 else {}
             if relayed:

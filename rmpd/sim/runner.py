@@ -22,7 +22,7 @@ from typing import Any
 from ..journal import JournalWriter
 from ..protocol.config import EngineConfig
 from ..protocol.engine import GroupEngine, MessageTooLarge
-from ..protocol.events import CallAnswered, CallRequest, Delivery, Left
+from ..protocol.events import CallAnswered, CallRequest, Delivered, Left
 from ..protocol.ids import ViewId
 from ..protocol.process import NotMember, RmpProcess
 from ..protocol.qos import Level, QoS
@@ -458,13 +458,13 @@ class Simulation:
             self._on_call_events(i, events)
             events += proc.events()  # what replying produced
             self._transmit(i, proc)
-        deliveries = iter([e for e in events if isinstance(e, Delivery)])
+        deliveries = iter([e for e in events if isinstance(e, Delivered)])  # one per packet, as the records
         records = proc.journal_records()
         node = self._node(i)
         for rec in records:
             payloads = None
             if rec["event"] == "deliver":
-                payloads = tuple(next(deliveries).payload for _ in range(rec.get("parts", 1)))
+                payloads = next(deliveries).payloads if rec.get("parts", 1) else ()
             self.checker.on_record(node, rec, payloads)
             if rec["event"] == "view":
                 self._on_view(node, rec)

@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 from rmpd.protocol.config import EngineConfig
 from rmpd.protocol.engine import GroupEngine
-from rmpd.protocol.events import Delivery, Event
+from rmpd.protocol.events import Delivery, Event, messages_of
 from rmpd.protocol.ids import ViewId
 from rmpd.protocol.packets import Packet, decode
 from rmpd.protocol.qos import QoS
@@ -92,10 +92,10 @@ class Ring:
         return self.now
 
     def delivered(self, i: int) -> list[bytes]:
-        return [e.payload for e in self.events[self.pids[i]] if isinstance(e, Delivery)]
+        return [d.payload for d in messages_of(self.events[self.pids[i]])]
 
     def deliveries(self, i: int) -> list[Delivery]:
-        return [e for e in self.events[self.pids[i]] if isinstance(e, Delivery)]
+        return messages_of(self.events[self.pids[i]])
 
     def sent_types(self, src: str | None = None) -> list[str]:
         return [type(p).__name__ for s, _, p in self.log if src is None or s == src]

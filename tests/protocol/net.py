@@ -7,7 +7,7 @@ from collections import deque
 from collections.abc import Callable
 
 from rmpd.protocol.config import EngineConfig
-from rmpd.protocol.events import Delivery, Event, ViewInstalled
+from rmpd.protocol.events import Event, ViewInstalled, messages_of
 from rmpd.protocol.packets import Packet, decode
 from rmpd.protocol.process import RmpProcess
 from rmpd.protocol.qos import QoS
@@ -69,7 +69,7 @@ class Net:
         self.do(i, lambda p, now: p.send("g", payload, qos, now))
 
     def delivered(self, i: int) -> list[bytes]:
-        return [e.payload for e in self.events[self.pids[i]] if isinstance(e, Delivery)]
+        return [d.payload for d in messages_of(self.events[self.pids[i]])]
 
     def views(self, i: int) -> list[tuple[str, ...]]:
         return [e.members for e in self.events[self.pids[i]] if isinstance(e, ViewInstalled)]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import itertools
 
 from rmpd.protocol.config import EngineConfig
-from rmpd.protocol.events import Delivery
+from rmpd.protocol.events import messages_of
 from rmpd.protocol.ids import ViewId
 from rmpd.protocol.orderingq import SlotKind, SlotState
 from rmpd.protocol.packets import Ack, Confirm, Data, ListChangeRequest, Nack, RecoveryVote, encode
@@ -271,7 +271,7 @@ def test_a_departed_member_delivers_nothing_more_whatever_it_hears() -> None:
     joiner = ListChangeRequest("g", None, "10.0.0.9:7000", 1, "join", 0, True, 1, 1)
     removed.receive_packet(joiner, ring.now)
     removed.handle_timer(ring.now + 1.0)
-    assert ring.delivered(2) == [] and [e for e in removed.events() if isinstance(e, Delivery)] == []
+    assert ring.delivered(2) == [] and messages_of(removed.events()) == []
 
 
 def test_resilient_messages_do_not_wait_for_idle_null_acks() -> None:

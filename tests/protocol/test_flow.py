@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from rmpd.protocol.config import EngineConfig
 from rmpd.protocol.engine import MessageTooLarge
-from rmpd.protocol.events import Delivery
+from rmpd.protocol.events import Delivered, messages_of
 from rmpd.protocol.flow import RttEstimator, SendWindow
 from rmpd.protocol.packets import Data, Fragment, Nack
 from rmpd.protocol.qos import QoS
@@ -150,7 +150,7 @@ def test_a_large_message_travels_in_pieces_and_is_delivered_whole_in_order() -> 
     orders = [ring.delivered(i) for i in range(3)]
     assert orders[0] == orders[1] == orders[2]
     assert big in orders[0] and orders[0].index(big) < orders[0].index(b"after")
-    got = [e for e in ring.events[ring.pids[0]] if isinstance(e, Delivery) and e.payload == big]
+    got = [e for e in messages_of(ring.events[ring.pids[0]]) if e.payload == big]
     assert len(got) == 1 and got[0].seq == seq  # the sender is told the sequence number of the last piece
     assert ring[1].stats["fragmented"] == 1
     assert max(len(p.payload.chunk) for _, _, p in ring.log
@@ -212,6 +212,10 @@ def test_a_batch_is_packed_at_once_even_with_the_window_open() -> None:
         assert ring.delivered(member) == payloads
     assert [(d.seq, d.index) for d in ring.deliveries(0)] == [
         (seq, seqs[:i].count(seq)) for i, seq in enumerate(seqs)]
+    # One event per packet, carrying its messages in order: not one object per message on the way out.
+    packets = [e for e in ring.events[ring.pids[0]] if isinstance(e, Delivered)]
+    assert [(e.seq, e.payloads) for e in packets] == [
+        (seq, tuple(p for p, s in zip(payloads, seqs, strict=True) if s == seq)) for seq in sorted(set(seqs))]
 
 
 def test_a_batch_is_refused_whole() -> None:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from rmpd.protocol.config import EngineConfig
-from rmpd.protocol.events import Delivery, JoinFailed, Left, LockResult, ViewInstalled
+from rmpd.protocol.events import Delivered, JoinFailed, Left, LockResult, ViewInstalled
 from rmpd.protocol.packets import ListChangeRequest, NewList
 from rmpd.protocol.qos import QoS
 
@@ -48,8 +48,8 @@ def history(net: Net, i: int) -> list[object]:
     """Deliveries and view installs, in the order the application saw them."""
     out: list[object] = []
     for e in net.events[net.pids[i]]:
-        if isinstance(e, Delivery):
-            out.append(e.payload)
+        if isinstance(e, Delivered):
+            out.extend(e.payloads)
         elif isinstance(e, ViewInstalled):
             out.append(("view", e.view))
     return out

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from rmpd.protocol.events import CallAnswered, CallRequest, Delivery
+from rmpd.protocol.events import CallAnswered, CallRequest, messages_of
 from rmpd.protocol.packets import CallStatus, NonMemberAck, NonMemberData, encode
 
 from .net import Net
@@ -98,7 +98,7 @@ def test_call_without_handler_is_delivered_to_every_member_once() -> None:
     net.do(CALLER, lambda p, now: p.call("g", b"note", now, handler=None))
     net.advance(1.0)
     for i in range(3):
-        got = [e for e in net.of_type(i, Delivery) if e.src == net.pids[CALLER]]
+        got = [e for e in messages_of(net.events[net.pids[i]]) if e.src == net.pids[CALLER]]
         assert [e.payload for e in got] == [b"note"]
     assert [(a.reply, a.error) for a in net.of_type(CALLER, CallAnswered)] == [(None, None)]
 

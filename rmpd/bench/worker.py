@@ -28,6 +28,7 @@ import trio
 
 import rmpd
 from rmpd.client.group import Group
+from rmpd.daemon.config import max_packet_for
 from rmpd.daemon.sockets import MAX_DATAGRAM, open_multicast, open_unicast
 from rmpd.protocol.config import EngineConfig
 from rmpd.protocol.qos import QoS
@@ -105,7 +106,8 @@ async def raw_recv(args: argparse.Namespace) -> None:
 async def joined(args: argparse.Namespace) -> AsyncIterator[Group]:
     """Join the group through the local daemon, or as an embedded node of its own."""
     if args.embedded:
-        config = EngineConfig(request_interval=JOIN_INTERVAL, join_retries=JOIN_RETRIES)
+        config = EngineConfig(request_interval=JOIN_INTERVAL, join_retries=JOIN_RETRIES,
+                              max_packet=max_packet_for(args.bind))
         async with rmpd.Node(bind=args.bind, port=0, auth_key=args.auth_key, encrypt=args.encrypt,
                              config=config) as node:
             group = await node.join(args.group)

@@ -15,7 +15,7 @@ from types import TracebackType
 import trio
 
 from rmpd.daemon.auth import DatagramGuard, load_key_file
-from rmpd.daemon.config import interface_address, loopback_interface
+from rmpd.daemon.config import interface_address, loopback_interface, max_packet_for
 from rmpd.daemon.hub import OVERRUN_GRACE
 from rmpd.daemon.journal import FlushingJournal
 from rmpd.daemon.shell import ProcessShell
@@ -61,7 +61,7 @@ class Node:
         self._ttl = ttl
         self._multicast = multicast
         self._journal = Path(journal) if journal is not None else None
-        self._config = config or EngineConfig(journal=journal is not None)
+        self._config = config or EngineConfig(journal=journal is not None, max_packet=max_packet_for(self._ip))
         self._shell: ProcessShell | None = None
         self._nursery_manager: trio.Nursery | None = None
         self._groups: dict[str, Group] = {}

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from rmpd.daemon.config import ConfigError, DaemonConfig, load_config
+from rmpd.daemon.config import ConfigError, DaemonConfig, interface_mtu, load_config, max_packet_for
+from rmpd.protocol.config import EngineConfig
 
 from .harness import RMPD
 
@@ -46,6 +47,22 @@ def test_defaults_are_loopback_and_a_per_user_socket(tmp_path: Path, monkeypatch
     config = DaemonConfig()
     assert config.address().startswith("127.")
     assert config.socket_path() == tmp_path / "rmpd.sock"
+
+
+def test_packets_are_larger_where_the_interface_carries_them_whole(tmp_path: Path) -> None:
+    """60 KiB packets on loopback (64 KiB MTU: no IP fragments), the engine's 16 KiB on an Ethernet-sized MTU or an
+    address on no interface; ``max_packet`` in ``[timers]`` wins over both."""
+    if interface_mtu("lo") != 65536:
+        pytest.skip("loopback MTU is not the Linux default")
+    assert DaemonConfig().engine_config().max_packet == 60 * 1024
+    assert max_packet_for("127.0.0.2") == 60 * 1024
+    assert max_packet_for("198.51.100.7") == EngineConfig.max_packet == 16384
+    path = tmp_path / "rmpd.toml"
+    path.write_text("[timers]\nmax_packet = 8192\n")
+    assert load_config(path, {}).engine_config().max_packet == 8192
+    ethernet = [name for name in os.listdir("/sys/class/net") if (interface_mtu(name) or 65536) <= 9000]
+    if ethernet:  # whether or not it has an address to bind
+        assert DaemonConfig(interface=ethernet[0]).engine_config().max_packet == 16384
 
 
 def test_rmpd_says_where_it_serves_and_refuses_a_bad_interface_in_one_line(tmp_path: Path) -> None:

@@ -178,7 +178,7 @@ def max_packet_for(address: str) -> int:
 
     Per datagram the costs are fixed (system calls, decoding, the engine's step, an ACK's share), so larger packets
     carry packed messages for less.  On loopback nothing is fragmented or lost, and 60 KiB packets cut the CPU per
-    delivered message by about a seventh (docs/benchmarks.md).  On a 1500-byte Ethernet a 16 KiB packet is already
+    delivered message by about a fifth (docs/benchmarks.md).  On a 1500-byte Ethernet a 16 KiB packet is already
     twelve fragments and a lost fragment loses the packet; 60 KiB would be 42, so the smaller default stays there
     (``max_packet`` in ``[timers]`` sets either)."""
     mtu = interface_mtu(interface_of(address))

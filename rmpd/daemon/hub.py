@@ -86,8 +86,8 @@ class Hub:
         self.stats: dict[str, int] = defaultdict(int)
         shell.on_event = self.on_event
         self.deliveries: dict[str, list[tuple[Any, ...]]] = defaultdict(list)
-        """Deliveries of the current drain per group, not yet pushed to clients, as runs: [src, seq, qos, ts, view,
-        handler, first index, [payload, ...]], one per packet delivered."""
+        """Deliveries of the current drain per group, not yet pushed to clients, as runs: (src, seq, qos, ts, view,
+        handler, first index (0), payloads), one per packet delivered."""
         shell.after_drain.append(self._send_deliveries)
         shell.after_drain.append(self._answer_delayed_sends)
         shell.after_drain.append(self._check_overrun)

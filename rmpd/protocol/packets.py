@@ -589,7 +589,7 @@ def decode(data: bytes) -> Packet:
         raise DecodeError(f"unknown packet type {data[3]}") from None
     try:
         body = msgpack.unpackb(
-            data[HEADER_SIZE:], raw=False, use_list=True, strict_map_key=True,
+            memoryview(data)[HEADER_SIZE:], raw=False, use_list=True, strict_map_key=True,
             max_array_len=MAX_LIST, max_map_len=MAX_LIST, max_str_len=MAX_DATAGRAM, max_bin_len=MAX_DATAGRAM,
             max_ext_len=0,
         )

@@ -19,6 +19,7 @@ from typing import Any
 
 import trio
 
+from rmpd.protocol.engine import MessageTooLarge, check_message_size
 from rmpd.protocol.events import (
     CallAnswered,
     CallRequest,
@@ -32,7 +33,7 @@ from rmpd.protocol.events import (
 )
 from rmpd.protocol.ids import view_name
 from rmpd.protocol.process import NotMember
-from rmpd.protocol.qos import Level, QoS
+from rmpd.protocol.qos import QoS
 from rmpd.protocol.view import HANDLER_LOCKS
 
 from . import errors
@@ -248,13 +249,11 @@ class Hub:
         if request.handler is not None and not 0 <= request.handler < HANDLER_LOCKS:
             raise RequestError(errors.BAD_REQUEST, f"handler must be 0..{HANDLER_LOCKS - 1}")
         limits = self.shell.process.config
-        for payload in payloads:  # checked before any is accepted: a batch is taken whole or refused whole
-            if len(payload) > limits.max_message:
-                raise RequestError(errors.MESSAGE_TOO_LARGE, f"a message is at most {limits.max_message} bytes; "
-                                                             f"this one has {len(payload)}")
-            if request.qos.level == Level.UNRELIABLE and len(payload) > limits.max_packet:
-                raise RequestError(errors.MESSAGE_TOO_LARGE, f"an unreliable message must fit one packet "
-                                                             f"({limits.max_packet} bytes)")
+        try:
+            for payload in payloads:  # checked before any is accepted: a batch is taken whole or refused whole
+                check_message_size(limits, payload, request.qos)
+        except MessageTooLarge as exc:
+            raise RequestError(errors.MESSAGE_TOO_LARGE, str(exc)) from None
         seqs = self.shell.send_many(group, payloads, request.qos, request.handler)
         if seqs is None:
             raise RequestError(errors.SEND_REFUSED, f"the daemon is leaving {group!r}")

@@ -59,6 +59,10 @@ async def test_a_16_mib_message_arrives_whole_and_a_larger_one_is_refused(daemon
             with pytest.raises(rmpd.RmpdError) as refused:
                 await sender.send(big + b"!", qos=rmpd.QoS.TOTAL)
             assert refused.value.code == "message-too-large"
+            # An unreliable message travels in one packet: 60 KiB on loopback, which carries that unfragmented.
+            with pytest.raises(rmpd.RmpdError) as refused:
+                await sender.send(b"u" * (60 * 1024 + 1), qos=rmpd.QoS.UNRELIABLE)
+            assert refused.value.code == "message-too-large" and "one packet (61440 bytes)" in refused.value.message
             seq = await sender.send(big, qos=rmpd.QoS.SAFE)
             await sender.send(b"after", qos=rmpd.QoS.SAFE)
             got = []

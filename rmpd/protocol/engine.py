@@ -388,37 +388,45 @@ class GroupEngine(Reformation):
             self._events.append(SendRefused(self.group, "this process is leaving the group"))
             return None
         config = self.config
-        unreliable = qos.level == Level.UNRELIABLE
-        for payload in payloads:
-            check_message_size(config, payload, qos)
+        if payloads:
+            check_message_size(config, max(payloads, key=len), qos)  # both limits are on the length
+        if qos.level == Level.UNRELIABLE:
+            return [self._send_unreliable(payload, qos, handler, now) for payload in payloads]
         seqs: list[int] = []
         queue = self.send_queue
         limit = self.window.packet_limit()
-        for payload in payloads:
-            if unreliable:
-                seq = self.next_unreliable_seq
-                self.next_unreliable_seq += 1
-                packet = Data(self.view.view_id, self.pid, seq, qos, handler, payload)
-                self._multicast(packet, now)
-                self._deliver(packet, None, now, holders=1)
-            elif len(payload) > config.max_packet:
-                seq = self._queue_fragments(payload, qos, handler)
-            elif queue and queue[-1].takes(qos, handler, len(payload), limit):
-                # Under load (the window is full, or the messages came together): pack into the packet waiting
-                # to go, so one datagram and one slot of the order carry many small messages.
-                tail = queue[-1]
-                tail.add(payload)
-                self.stats["packed"] += 1
-                seq = tail.seq
-            else:
-                seq = self.next_seq
-                self.next_seq += 1
-                queue.append(Queued(seq, qos, handler, [payload], len(payload)))
-            seqs.append(seq)
-        if not unreliable:
-            self._fill_window(now)
-            self._progress(now)
+        i, count = 0, len(payloads)
+        while i < count:
+            payload = payloads[i]
+            if len(payload) > config.max_packet:
+                seqs.append(self._queue_fragments(payload, qos, handler))
+                i += 1
+                continue
+            # Under load (the window is full, or the messages came together): pack into the packet waiting to go,
+            # so one datagram and one slot of the order carry many small messages.
+            tail = queue[-1] if queue else None
+            if tail is not None and tail.packs(qos, handler):
+                end = tail.take_run(payloads, i, limit, config.max_packet)
+                if end > i:
+                    seqs.extend(itertools.repeat(tail.seq, end - i))
+                    self.stats["packed"] += end - i
+                    i = end
+                    continue
+            queue.append(Queued(self.next_seq, qos, handler, [payload], len(payload)))
+            seqs.append(self.next_seq)
+            self.next_seq += 1
+            i += 1
+        self._fill_window(now)
+        self._progress(now)
         return seqs
+
+    def _send_unreliable(self, payload: bytes, qos: QoS, handler: int | None, now: float) -> int:
+        seq = self.next_unreliable_seq
+        self.next_unreliable_seq += 1
+        packet = Data(self.view.view_id, self.pid, seq, qos, handler, payload)
+        self._multicast(packet, now)
+        self._deliver(packet, None, now, holders=1)
+        return seq
 
     def _queue_fragments(self, payload: bytes, qos: QoS, handler: int | None) -> int:
         """A message larger than MAX_PACKET goes as pieces with consecutive sequence numbers; it is delivered

@@ -12,6 +12,8 @@ loaded ring.
 
 from __future__ import annotations
 
+import itertools
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from .ids import ProcessId, ViewId
@@ -38,14 +40,27 @@ class Queued:
     relayed: Relayed | None = None
     """A non-member's call this member carries into the order (travels alone)."""
 
-    def takes(self, qos: QoS, handler: int | None, size: int, limit: int) -> bool:
-        return (self.more is None and self.relayed is None and qos == self.qos and handler == self.handler
-                and len(self.parts) < MAX_LIST
-                and self.size + size + PART_OVERHEAD * (len(self.parts) + 1) <= limit)
+    def packs(self, qos: QoS, handler: int | None) -> bool:
+        """Messages of ``qos`` for ``handler`` may join this packet (room permitting): it is neither a piece of a
+        fragmented message nor a relayed call."""
+        return self.more is None and self.relayed is None and qos == self.qos and handler == self.handler
 
-    def add(self, payload: bytes) -> None:
-        self.parts.append(payload)
-        self.size += len(payload)
+    def take_run(self, payloads: Sequence[bytes], start: int, limit: int, max_packet: int) -> int:
+        """Add ``payloads[start:]`` (of a QoS and handler this packet :meth:`packs`) while each fits within ``limit``
+        bytes, counting PART_OVERHEAD per message, and needs no fragments; returns the index of the first one left.
+        One loop for a batch, not method calls per message: the sending daemon packs every message it is handed."""
+        parts = self.parts
+        used = self.size + PART_OVERHEAD * len(parts)
+        end = start
+        for payload in itertools.islice(payloads, start, None):
+            size = len(payload)
+            if size > max_packet or len(parts) >= MAX_LIST or used + size + PART_OVERHEAD > limit:
+                break
+            parts.append(payload)
+            used += size + PART_OVERHEAD
+            end += 1
+        self.size = used - PART_OVERHEAD * len(parts)
+        return end
 
     def packet(self, view: ViewId, src: ProcessId) -> Data:
         if self.relayed is not None:

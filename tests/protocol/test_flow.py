@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from rmpd.protocol.config import EngineConfig
@@ -192,6 +192,36 @@ def test_an_overrun_member_holds_the_token_back_until_it_catches_up() -> None:
     ring.advance(1.0)
     assert all(ring.delivered(i) == [b"first", b"second"] for i in range(3))
     assert slow.stats["token_accepts"] > accepts and slow.stats["overruns"] == 1
+
+
+@given(sizes=st.lists(st.integers(0, 2600), max_size=80), queued=st.integers(0, 1500))
+@example(sizes=[1990, 0], queued=0)  # fills the 2000-byte limit exactly: 5 + 1990 + 5, then starts a packet
+def test_a_batch_is_packed_as_the_per_message_rule_would(sizes: list[int], queued: int) -> None:
+    """Packing a batch in one loop gives each message the sequence number the per-message rule gives it: join the
+    packet at the queue's tail while it has room (each message costing its bytes plus PART_OVERHEAD), else start
+    a packet; a message over max_packet goes as fragments, after which the next one starts a packet."""
+    ring = Ring(2, EngineConfig(max_packet=2000, min_packet=1000, initial_window=4000, window_packets=1))
+    sender = ring[1]
+    sender.send_batch([b"q" * 4000], QoS.TOTAL, ring.now)  # in flight: what follows waits in the queue
+    sender.send_batch([b"w" * queued], QoS.TOTAL, ring.now)  # a packet already waiting at the tail
+    limit = sender.window.packet_limit()
+    tail_seq, used, count, packable = sender.send_queue[-1].seq, queued + 5, 1, True
+    next_seq, expected = tail_seq + 1, []
+    for size in sizes:
+        if size > 2000:
+            next_seq += -(-size // 2000)
+            expected.append(next_seq - 1)
+            packable = False
+        elif packable and used + size + 5 <= limit:
+            used, count = used + size + 5, count + 1
+            expected.append(tail_seq)
+        else:
+            tail_seq, used, count, packable = next_seq, size + 5, 1, True
+            next_seq += 1
+            expected.append(tail_seq)
+    payloads = [bytes([i % 256]) * size for i, size in enumerate(sizes)]
+    assert sender.send_batch(payloads, QoS.TOTAL, ring.now) == expected
+    assert sender.next_seq == next_seq
 
 
 def test_a_batch_is_packed_at_once_even_with_the_window_open() -> None:

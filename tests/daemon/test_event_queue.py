@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
+
 import pytest
 import trio
 import trio.testing
@@ -66,9 +68,8 @@ async def test_get_is_a_cancellation_point_even_with_events_buffered() -> None:
     assert scope.cancelled_caught and len(queue) == 2
 
 
-async def test_a_flooded_reader_lets_other_tasks_run() -> None:
-    queue: EventQueue[int] = EventQueue(10_000)
-    await queue.put_many(list(range(10 * YIELD_EVERY)))
+async def ticks_of_another_task_while(read: Callable[[], Awaitable[None]]) -> int:
+    """How often a task that only checkpoints ran while ``read`` ran."""
     ticks = 0
 
     async def other() -> None:
@@ -81,10 +82,20 @@ async def test_a_flooded_reader_lets_other_tasks_run() -> None:
         nursery.start_soon(other)
         await trio.lowlevel.checkpoint()
         before = ticks
+        await read()
+        nursery.cancel_scope.cancel()
+    return ticks - before
+
+
+async def test_a_flooded_reader_lets_other_tasks_run() -> None:
+    queue: EventQueue[int] = EventQueue(10_000)
+    await queue.put_many(list(range(10 * YIELD_EVERY)))
+
+    async def read() -> None:
         for _ in range(10 * YIELD_EVERY):
             await queue.get()
-        assert ticks - before >= 9
-        nursery.cancel_scope.cancel()
+
+    assert await ticks_of_another_task_while(read) >= 9
 
 
 async def test_get_many_takes_what_is_queued_up_to_its_limit_and_waits_for_at_least_one() -> None:
@@ -123,22 +134,12 @@ async def test_get_many_frees_room_for_a_waiting_producer_then_ends_after_the_er
 async def test_a_flooded_batch_reader_lets_other_tasks_run() -> None:
     queue: EventQueue[int] = EventQueue(10_000)
     await queue.put_many(list(range(10 * YIELD_EVERY)))
-    ticks = 0
 
-    async def other() -> None:
-        nonlocal ticks
-        while True:
-            ticks += 1
-            await trio.lowlevel.checkpoint()
-
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(other)
-        await trio.lowlevel.checkpoint()
-        before = ticks
+    async def read() -> None:
         for _ in range(10):
             assert len(await queue.get_many(YIELD_EVERY)) == YIELD_EVERY
-        assert ticks - before >= 9
-        nursery.cancel_scope.cancel()
+
+    assert await ticks_of_another_task_while(read) >= 9
     with trio.CancelScope() as scope:
         scope.cancel()
         await queue.get_many(1)

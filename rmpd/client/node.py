@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 from collections import defaultdict, deque
+from collections.abc import Iterator
 from pathlib import Path
 from types import TracebackType
 
@@ -20,11 +21,11 @@ from rmpd.daemon.hub import OVERRUN_GRACE
 from rmpd.daemon.journal import FlushingJournal
 from rmpd.daemon.shell import ProcessShell
 from rmpd.protocol.config import EngineConfig
-from rmpd.protocol.engine import MessageTooLarge, check_message_size
 from rmpd.protocol.events import CallAnswered, Delivered, JoinFailed, Left, LockResult, ViewInstalled
 from rmpd.protocol.events import CallRequest as EngineCallRequest
 from rmpd.protocol.events import Event as EngineEvent
 from rmpd.protocol.ids import view_name
+from rmpd.protocol.limits import BadArgument, check_message_size
 from rmpd.protocol.naming import DEFAULT_RANGE
 from rmpd.protocol.process import NotMember
 from rmpd.protocol.qos import QoS
@@ -33,6 +34,15 @@ from .batching import Poster, SendBatch
 from .errors import RmpdError
 from .events import CallRequest, ViewChange, make_delivery
 from .group import EVENT_BUFFER, Group
+
+
+@contextlib.contextmanager
+def _refused() -> Iterator[None]:
+    """The engine's refusal of an argument as the RmpdError a daemon would answer with (same code, same text)."""
+    try:
+        yield
+    except BadArgument as exc:
+        raise RmpdError(exc.code, str(exc)) from None
 
 
 class _Wait:
@@ -174,15 +184,14 @@ class Node:
         return batch.seqs[0]
 
     def _check_size(self, payload: bytes, qos: QoS) -> None:
-        try:
+        with _refused():
             check_message_size(self._config, payload, qos)
-        except MessageTooLarge as exc:
-            raise RmpdError("message-too-large", str(exc)) from None
 
     def _hand_over(self, group: str, payloads: list[bytes], qos: QoS, handler: int | None) -> list[int]:
         """Give the engine ``payloads`` in order; their sequence numbers, or RmpdError."""
         try:
-            seqs = self._require().send_many(group, payloads, qos, handler)
+            with _refused():
+                seqs = self._require().send_many(group, payloads, qos, handler)
         except NotMember as exc:
             raise RmpdError("not-member", str(exc)) from None
         if seqs is None:
@@ -206,7 +215,8 @@ class Node:
                    qos: QoS = QoS.TOTAL) -> bytes | None:
         """Call ``group`` without joining it (see :meth:`rmpd.client.Client.call`)."""
         shell = self._require()
-        call_id = shell.call(group, bytes(payload), handler=handler, timeout=timeout, qos=qos)
+        with _refused():
+            call_id = shell.call(group, bytes(payload), handler=handler, timeout=timeout, qos=qos)
         done, answer = self._calls[call_id] = (trio.Event(), [])
         try:
             await done.wait()
@@ -221,7 +231,8 @@ class Node:
     async def _reply(self, request: CallRequest, payload: bytes) -> None:
         await trio.lowlevel.checkpoint()
         try:
-            ok = self._require().reply(request.group, request.caller, request.conn, request.stamp, payload)
+            with _refused():
+                ok = self._require().reply(request.group, request.caller, request.conn, request.stamp, payload)
         except NotMember as exc:
             raise RmpdError("not-member", str(exc)) from None
         if not ok:
@@ -240,10 +251,14 @@ class Node:
         waits = self._locks[(group, lock, op)]
         waits.append(wait)  # first: in a one-member group the answer comes back inside the engine call
         try:
-            (shell.lock if op == "lock" else shell.unlock)(group, lock)
+            with _refused():
+                (shell.lock if op == "lock" else shell.unlock)(group, lock)
         except NotMember as exc:
             waits.remove(wait)
             raise RmpdError("not-member", str(exc)) from None
+        except RmpdError:
+            waits.remove(wait)
+            raise
         await wait.done.wait()
         if wait.error is not None:
             raise wait.error

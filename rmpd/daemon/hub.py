@@ -19,7 +19,6 @@ from typing import Any
 
 import trio
 
-from rmpd.protocol.engine import MessageTooLarge, check_message_size
 from rmpd.protocol.events import (
     CallAnswered,
     CallRequest,
@@ -32,9 +31,9 @@ from rmpd.protocol.events import (
     ViewInstalled,
 )
 from rmpd.protocol.ids import view_name
+from rmpd.protocol.limits import BadArgument
 from rmpd.protocol.process import NotMember
 from rmpd.protocol.qos import QoS
-from rmpd.protocol.view import HANDLER_LOCKS
 
 from . import errors
 from .errors import RequestError
@@ -154,10 +153,16 @@ class Hub:
             self.stats["requests_refused"] += 1
             session.push({"id": rid, "error": exc.code, "message": exc.message})
             return
+        except BadArgument as exc:  # the engine's own checks: bad-request or message-too-large
+            self.stats["requests_refused"] += 1
+            session.push({"id": rid, "error": exc.code, "message": str(exc)})
+            return
         except NotMember as exc:
+            self.stats["requests_refused"] += 1
             session.push({"id": rid, "error": errors.NOT_MEMBER, "message": str(exc)})
             return
         except Exception as exc:  # a bug must cost one request, never the daemon
+            self.stats["requests_failed"] += 1
             log.exception("request %r failed", frame.get("op"))
             session.push({"id": rid, "error": errors.INTERNAL, "message": f"{type(exc).__name__}: {exc}"})
             return
@@ -246,14 +251,7 @@ class Hub:
         group = request.group
         if not self.shell.is_member(group):
             raise RequestError(errors.NOT_MEMBER, f"the daemon is not in a view of {group!r} (join it first)")
-        if request.handler is not None and not 0 <= request.handler < HANDLER_LOCKS:
-            raise RequestError(errors.BAD_REQUEST, f"handler must be 0..{HANDLER_LOCKS - 1}")
-        limits = self.shell.process.config
-        try:
-            for payload in payloads:  # checked before any is accepted: a batch is taken whole or refused whole
-                check_message_size(limits, payload, request.qos)
-        except MessageTooLarge as exc:
-            raise RequestError(errors.MESSAGE_TOO_LARGE, str(exc)) from None
+        # The engine checks every message before it accepts any (BadArgument): a batch is taken or refused whole.
         seqs = self.shell.send_many(group, payloads, request.qos, request.handler)
         if seqs is None:
             raise RequestError(errors.SEND_REFUSED, f"the daemon is leaving {group!r}")

@@ -9,14 +9,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from rmpd.protocol.limits import BadArgument, check_handler, check_lock
 from rmpd.protocol.qos import QoS
-from rmpd.protocol.view import HANDLER_LOCKS
 
 from . import errors
 from .errors import RequestError
 
 MAX_GROUP_NAME = 255
-MAX_LOCK = 1 << 31
 MAX_BATCH = 4096
 """Messages one send_batch request may carry."""
 MAX_CALL_TIMEOUT = 3600.0
@@ -100,8 +99,6 @@ def parse_request(frame: dict[str, Any]) -> Request:
         payloads = values["payloads"]
         if not 0 < len(payloads) <= MAX_BATCH or not all(type(p) is bytes for p in payloads):
             raise RequestError(errors.BAD_REQUEST, f"payloads must be a list of 1..{MAX_BATCH} byte strings")
-    if "lock" in values and not 0 <= values["lock"] < MAX_LOCK:
-        raise RequestError(errors.BAD_REQUEST, f"lock must be 0..{MAX_LOCK - 1}")
     if values.get("ttl") is not None and not 0 <= values["ttl"] <= 255:
         raise RequestError(errors.BAD_REQUEST, "ttl must be 0..255")
     if values.get("min_partition") is not None and values["min_partition"] < 1:
@@ -110,8 +107,12 @@ def parse_request(frame: dict[str, Any]) -> Request:
         values["handler"] = 0  # a call goes to handler 0 unless it names another (or None: no handler)
     if "timeout" in values and not 0 < values["timeout"] <= MAX_CALL_TIMEOUT:
         raise RequestError(errors.BAD_REQUEST, f"timeout must be in (0, {MAX_CALL_TIMEOUT}] seconds")
-    if values.get("handler") is not None and not 0 <= values["handler"] < HANDLER_LOCKS:
-        raise RequestError(errors.BAD_REQUEST, f"handler must be 0..{HANDLER_LOCKS - 1}")
+    try:
+        check_handler(values.get("handler"))
+        if "lock" in values:
+            check_lock(values["lock"])
+    except BadArgument as exc:
+        raise RequestError(errors.BAD_REQUEST, str(exc)) from None
     for name in ("conn", "stamp"):
         if name in values and values[name] < 0:
             raise RequestError(errors.BAD_REQUEST, f"{name} must be non-negative")

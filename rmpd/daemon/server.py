@@ -87,12 +87,28 @@ async def bind_unix_listener(path: Path, mode: int, *, group: str | None = None,
     return trio.SocketListener(sock)
 
 
+ACCEPT_CAPACITY_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.ENOBUFS})
+"""accept() failures that mean "out of descriptors or memory for now": the clients already connected and the
+group go on, and accepting is tried again shortly."""
+ACCEPT_RETRY = 0.1
+
+
 async def serve_clients(listener: trio.SocketListener, hub: Hub, *, queue_size: int, max_frame: int,
                         task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
     async with trio.open_nursery() as nursery:
         task_status.started()
         while True:
-            stream = await listener.accept()
+            try:
+                stream = await listener.accept()
+            except OSError as exc:
+                if exc.errno not in ACCEPT_CAPACITY_ERRNOS:
+                    raise
+                if not hub.stats["accept_deferred"]:
+                    log.warning("cannot accept local clients for now (%s); trying again every %g s",
+                                os.strerror(exc.errno), ACCEPT_RETRY)
+                hub.stats["accept_deferred"] += 1
+                await trio.sleep(ACCEPT_RETRY)
+                continue
             nursery.start_soon(_serve_one, stream, hub, queue_size, max_frame)
 
 

@@ -65,12 +65,13 @@ class Caller:
         flags = NonMemberData.FLAG_ACK | (NonMemberData.FLAG_REPEAT_REPLY if handler is not None else 0)
         packet = NonMemberData(group, self.views.get(group), self.pid, conn, stamp, qos or QoS(Level.TOTAL), flags,
                                handler, payload)
+        data = encode(packet)  # first: a call that cannot be encoded must not be kept for its timer to resend
         call = OutgoingCall(next(self._ids), group, conn, stamp, packet, now + timeout,
                             Backoff(RETRY_INITIAL, RETRY_MAX))
         self.calls[call.call_id] = call
         self._by_key[(conn, stamp)] = call.call_id
         call.timer.start(now)
-        self.datagrams.append(Transmit(None, encode(packet), group))
+        self.datagrams.append(Transmit(None, data, group))
         return call.call_id
 
     def cancel(self, call_id: int) -> None:

@@ -37,6 +37,7 @@ from .events import (
 )
 from .flow import RttEstimator, SendWindow
 from .ids import ProcessId, ViewCounter, ViewId
+from .limits import check_handler, check_lock, check_message_size, check_one_packet
 from .membership import Change, apply_change
 from .multirpc import GroupCalls, ScmpSettings, relay_of
 from .orderingq import Conflict, OrderingQ, Slot, SlotKind, SlotState
@@ -82,18 +83,6 @@ class Rng(Protocol):
     """The randomness the engine needs, passed in (a ``random.Random`` will do)."""
 
     def random(self) -> float: ...
-
-
-class MessageTooLarge(ValueError):
-    """A send the group cannot carry (over ``max_message``, or unreliable and over one packet)."""
-
-
-def check_message_size(config: EngineConfig, payload: bytes, qos: QoS) -> None:
-    """Raise MessageTooLarge for a message the group cannot carry; callers that batch check each one first."""
-    if len(payload) > config.max_message:
-        raise MessageTooLarge(f"a message is at most {config.max_message} bytes; this one has {len(payload)}")
-    if qos.level == Level.UNRELIABLE and len(payload) > config.max_packet:
-        raise MessageTooLarge(f"an unreliable message must fit one packet ({config.max_packet} bytes)")
 
 
 STALL_NACKS = 3
@@ -388,6 +377,7 @@ class GroupEngine(Reformation):
             self._events.append(SendRefused(self.group, "this process is leaving the group"))
             return None
         config = self.config
+        check_handler(handler)
         if payloads:
             check_message_size(config, max(payloads, key=len), qos)  # both limits are on the length
         if qos.level == Level.UNRELIABLE:
@@ -1009,9 +999,11 @@ class GroupEngine(Reformation):
             self._issue_request(request.op, request.arg, now)
 
     def lock(self, lock: int, now: float) -> int:
+        check_lock(lock)
         return self.request_change("lock", lock, now)
 
     def unlock(self, lock: int, now: float) -> int:
+        check_lock(lock)
         return self.request_change("unlock", lock, now)
 
     def leave(self, now: float) -> None:
@@ -1519,7 +1511,9 @@ class GroupEngine(Reformation):
 
     def reply(self, caller: ProcessId, conn: int, stamp: int, payload: bytes, now: float) -> bool:
         """The application's answer to a :class:`CallRequest`; kept for copies of the call.  False when the call
-        is no longer this member's to answer."""
+        is no longer this member's to answer.  MessageTooLarge, before anything is kept, for a reply over one
+        packet: a kept reply is sent again for every copy of the call."""
+        check_one_packet(self.config, payload, "a reply")
         if not self.calls.server.complete((caller, conn), stamp, payload, self.calls.clock):
             self.stats["reply_stale"] += 1
             return False

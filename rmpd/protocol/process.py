@@ -23,6 +23,7 @@ from .config import EngineConfig
 from .engine import Backoff, GroupEngine, Rng
 from .events import Event, JoinFailed, SendRefused, Transmit
 from .ids import ProcessId, RequestIds, ViewCounter
+from .limits import check_call
 from .multirpc import ScmpSettings, start_upper
 from .packets import (
     CallStatus,
@@ -146,7 +147,9 @@ class RmpProcess:
 
     def call(self, group: str, payload: bytes, now: float, *, handler: int | None = 0, timeout: float = 5.0,
              qos: QoS | None = None) -> int:
-        """Call ``group`` as a non-member (no join needed); a :class:`CallAnswered` event with this ID follows."""
+        """Call ``group`` as a non-member (no join needed); a :class:`CallAnswered` event with this ID follows.
+        BadArgument (MessageTooLarge for a payload over one packet) before anything is sent or kept."""
+        check_call(self.config, payload, handler, timeout)
         call_id = self.caller.call(group, payload, handler, timeout, now, self.wall_ms(now), qos)
         self._collect(now)
         return call_id

@@ -9,6 +9,10 @@ from __future__ import annotations
 from enum import IntEnum
 from typing import NamedTuple
 
+MAX_RESILIENCE = 65535
+"""The largest K a K-resilient QoS may name.  K above the group's size is clamped to it anyway; the bound keeps
+the wire code within msgpack's unsigned 64 bits, so every QoS that can be made can be encoded."""
+
 
 class Level(IntEnum):
     UNRELIABLE = 0
@@ -32,8 +36,8 @@ class QoS(NamedTuple):
     @staticmethod
     def k(n: int) -> QoS:
         """K-resilient QoS: delivered once at least ``n`` members hold the packet."""
-        if n < 1:
-            raise ValueError(f"K must be at least 1, got {n}")
+        if not 1 <= n <= MAX_RESILIENCE:
+            raise ValueError(f"K must be from 1 to {MAX_RESILIENCE}, got {n}")
         return QoS(Level.K_RESILIENT, n)
 
     @property
@@ -60,8 +64,8 @@ class QoS(NamedTuple):
             return known
         level = Level(code & 7)
         k = code >> 3
-        if level == Level.K_RESILIENT and k < 1:
-            raise ValueError("K-resilient QoS needs K >= 1")
+        if level == Level.K_RESILIENT and not 1 <= k <= MAX_RESILIENCE:
+            raise ValueError(f"K-resilient QoS needs K from 1 to {MAX_RESILIENCE}")
         if level != Level.K_RESILIENT and k:
             raise ValueError("only K-resilient QoS carries K")
         qos = _CANONICAL.get((level, k)) or cls(level, k)

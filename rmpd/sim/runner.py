@@ -21,9 +21,10 @@ from typing import Any
 
 from ..journal import JournalWriter
 from ..protocol.config import EngineConfig
-from ..protocol.engine import GroupEngine, MessageTooLarge
+from ..protocol.engine import GroupEngine
 from ..protocol.events import CallAnswered, CallRequest, Delivered, Left
 from ..protocol.ids import ViewId
+from ..protocol.limits import MessageTooLarge
 from ..protocol.process import NotMember, RmpProcess
 from ..protocol.qos import Level, QoS
 from ..protocol.reformation import MIN_PARTITION_MAJORITY

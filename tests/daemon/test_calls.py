@@ -30,10 +30,10 @@ def start_server(daemon, runs: Path) -> subprocess.Popen[bytes]:
     return proc
 
 
-def ready_for_calls(members) -> bool:
+def ready_for_calls(members, group: str = GROUP) -> bool:
     """Every member's filter floor (calls stamped before it started are refused) is in the past."""
     now_ms = time.time() * 1000
-    groups = [g for d in members for g in d.status()["groups"] if g["group"] == GROUP]
+    groups = [g for d in members for g in d.status()["groups"] if g["group"] == group]
     return len(groups) == len(members) and all(g["scmp"].get("upper", now_ms) < now_ms - 50 for g in groups)
 
 

@@ -20,6 +20,7 @@ from rmpd.daemon.frames import HEADER, encode_frame
 
 from .conftest import FAST_JOIN
 from .harness import RMP, wait_for
+from .test_calls import ready_for_calls
 
 
 class RawClient:
@@ -119,6 +120,58 @@ def test_garbage_gets_structured_errors_and_the_daemon_keeps_serving(daemons) ->
     assert fresh.request({"op": "hello", "id": 1})["ok"]
     assert d.proc.poll() is None
     assert d.counters()["hub_requests_refused"] >= 10
+
+
+def test_what_one_datagram_cannot_carry_is_refused_before_the_daemon_keeps_it(daemons) -> None:
+    """A call or a reply over one packet and a K past its bound were accepted, then failed to encode when a
+    timer resent them, which stopped the daemon and lost what it had accepted; now each gets its error code."""
+    a, b = daemons(), daemons()
+    server, caller = RawClient(a.socket), RawClient(b.socket)
+    assert server.request({"op": "join", "id": 1, "group": "big"})["ok"]
+    too_big = b"x" * 70_000  # over the 60 KiB packets of loopback
+    assert_error(caller.request({"op": "call", "id": 1, "group": "big", "payload": too_big}), "message-too-large")
+    huge_k = "k" + "9" * 30
+    assert_error(caller.request({"op": "call", "id": 2, "group": "big", "payload": b"q", "qos": huge_k}),
+                 "bad-request")
+    assert_error(server.request({"op": "send", "id": 2, "group": "big", "payload": b"a", "qos": huge_k}),
+                 "bad-request")
+    assert_error(server.request({"op": "lock", "id": 3, "group": "big", "lock": 1024}), "bad-request")
+
+    assert server.request({"op": "lock", "id": 4, "group": "big", "lock": 0})["granted"]
+    wait_for(lambda: ready_for_calls([a], "big"), 10, "the member's SCMP floor to pass")
+    caller.send_raw(encode_frame({"op": "call", "id": 5, "group": "big", "payload": b"q", "timeout": 10}))
+    while (call := server.read()).get("event") != "request":
+        pass
+    answer = {"op": "reply", "group": "big", "caller": call["caller"], "conn": call["conn"], "stamp": call["stamp"]}
+    assert_error(server.request({**answer, "id": 6, "payload": too_big}), "message-too-large")
+    assert server.request({**answer, "id": 7, "payload": b"fits"})["ok"]
+    assert caller.read() == {"id": 5, "ok": True, "reply": b"fits"}
+    assert server.request({"op": "send", "id": 8, "group": "big", "payload": b"after"})["ok"]
+    assert a.proc.poll() is None and b.proc.poll() is None
+    assert a.counters()["hub_requests_refused"] == 3 and b.counters()["hub_requests_refused"] == 2
+
+
+def test_out_of_descriptors_the_daemon_defers_new_clients_and_keeps_serving(daemons) -> None:
+    """accept() failing with EMFILE ended the daemon: any local user could stop it by opening connections."""
+    d = daemons()
+    d.rmp("join", "fds")
+    first = RawClient(d.socket)
+    assert first.request({"op": "join", "id": 1, "group": "fds"})["ok"]
+    limit = len(os.listdir(f"/proc/{d.proc.pid}/fd")) + 4
+    subprocess.run(["prlimit", f"--pid={d.proc.pid}", f"--nofile={limit}:{limit}"], check=True)
+    crowd = []
+    for _ in range(12):  # more than the descriptors left: the last ones wait in the listen backlog
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.connect(os.fspath(d.socket))
+        crowd.append(sock)
+    wait_for(lambda: first.request({"op": "status", "id": 2})["counters"].get("hub_accept_deferred", 0) > 0, 10,
+             "accept to run out of descriptors")
+    assert first.request({"op": "send", "id": 3, "group": "fds", "payload": b"still here"})["ok"]
+    for sock in crowd:
+        sock.close()
+    late = RawClient(d.socket)  # accepted once descriptors are free again
+    assert late.request({"op": "hello", "id": 1})["ok"]
+    assert d.proc.poll() is None
 
 
 def test_socket_mode_ready_notification_and_clean_sigterm(daemons) -> None:

@@ -7,9 +7,9 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from rmpd.protocol.config import EngineConfig
-from rmpd.protocol.engine import MessageTooLarge
 from rmpd.protocol.events import Delivered, messages_of
 from rmpd.protocol.flow import RttEstimator, SendWindow
+from rmpd.protocol.limits import MessageTooLarge
 from rmpd.protocol.packets import Data, Fragment, Nack
 from rmpd.protocol.qos import QoS
 

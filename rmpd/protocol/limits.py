@@ -1,0 +1,58 @@
+"""What the protocol can carry: the checks every entry point applies before anything changes.
+
+The engine runs them on its inputs (``send_batch``, ``lock``, ``unlock``, ``reply``; the process on ``call``), so
+the daemon and the embedded node refuse the same arguments with the same message, and nothing is accepted that
+would fail later, when it is encoded for the wire: that would surface in a timer or a receive loop, long after the
+caller was told the message was accepted.
+"""
+
+from __future__ import annotations
+
+from .config import EngineConfig
+from .membership import MAX_LOCK
+from .qos import Level, QoS
+from .view import HANDLER_LOCKS
+
+
+class BadArgument(ValueError):
+    """An argument no group could carry (a handler or lock number out of range, a call timeout of zero)."""
+
+    code = "bad-request"
+
+
+class MessageTooLarge(BadArgument):
+    """A send the group cannot carry (over ``max_message``, or unreliable and over one packet), or a call or a
+    reply over one packet."""
+
+    code = "message-too-large"
+
+
+def check_message_size(config: EngineConfig, payload: bytes, qos: QoS) -> None:
+    """Raise MessageTooLarge for a message the group cannot carry; callers that batch check each one first."""
+    if len(payload) > config.max_message:
+        raise MessageTooLarge(f"a message is at most {config.max_message} bytes; this one has {len(payload)}")
+    if qos.level == Level.UNRELIABLE and len(payload) > config.max_packet:
+        raise MessageTooLarge(f"an unreliable message must fit one packet ({config.max_packet} bytes)")
+
+
+def check_handler(handler: int | None) -> None:
+    if handler is not None and not 0 <= handler < HANDLER_LOCKS:
+        raise BadArgument(f"handler must be 0..{HANDLER_LOCKS - 1}, got {handler}")
+
+
+def check_lock(lock: int) -> None:
+    if not 0 <= lock <= MAX_LOCK:
+        raise BadArgument(f"lock must be 0..{MAX_LOCK}, got {lock}")
+
+
+def check_one_packet(config: EngineConfig, payload: bytes, what: str) -> None:
+    """Calls and replies travel in one datagram each (they are never split into fragments)."""
+    if len(payload) > config.max_packet:
+        raise MessageTooLarge(f"{what} must fit one packet ({config.max_packet} bytes); this one has {len(payload)}")
+
+
+def check_call(config: EngineConfig, payload: bytes, handler: int | None, timeout: float) -> None:
+    check_one_packet(config, payload, "a call")
+    check_handler(handler)
+    if not timeout > 0:
+        raise BadArgument(f"a call's timeout must be above 0 seconds, got {timeout}")

@@ -75,7 +75,7 @@ class Hub:
         self.attached: dict[str, set[Session]] = defaultdict(set)
         self.persistent: set[str] = set()
         self.join_waiters: dict[str, list[Waiter]] = defaultdict(list)
-        self.lock_waiters: dict[tuple[str, int, str], deque[tuple[Session, Any, Owner]]] = defaultdict(deque)
+        self.lock_waiters: dict[tuple[str, int, str], deque[tuple[Session, Any, Owner]]] = {}
         self.lock_owner: dict[tuple[str, int], Owner] = {}
         """Locks this daemon holds per group, and the local client each belongs to (None once it went away)."""
         self.shutting_down = False
@@ -227,9 +227,9 @@ class Hub:
 
     def _op_leave(self, session: Session, request: Request) -> dict[str, Any]:
         group = request.group
-        member = group in session.groups or group in self.persistent
-        if not member:
-            raise RequestError(errors.NOT_JOINED, f"this client has not joined {group!r}")
+        if group not in session.groups and not (request.persist and group in self.persistent):
+            hint = " (a persistent membership ends with a persistent leave)" if group in self.persistent else ""
+            raise RequestError(errors.NOT_JOINED, f"this client has not joined {group!r}{hint}")
         if request.persist:
             self.persistent.discard(group)
         if group in session.groups:
@@ -341,15 +341,25 @@ class Hub:
         return None
 
     def _request_lock(self, session: Session, request: Request, owner: Owner, op: str) -> None:
-        """Park the request first: in a one-member group the answer comes back inside the engine call."""
-        waiters = self.lock_waiters[(request.group, request.lock, op)]
-        waiter = (session, request.id, owner)
-        waiters.append(waiter)
+        """One request per lock and operation is in flight from this daemon: the group grants a lock to a daemon
+        (it cannot tell two of its clients apart), so a second client asking while the first one's request is
+        on its way is refused here, and the same owner asking again waits for the answer already coming.  That
+        also bounds what a client can make the group carry to a request per lock.
+
+        The request is parked before the engine call: in a one-member group the answer comes back inside it."""
+        key = (request.group, request.lock, op)
+        waiters = self.lock_waiters.get(key)
+        if waiters:
+            if waiters[0][2] is not owner:
+                raise RequestError(errors.LOCK_HELD, f"lock {request.lock} of {request.group!r}: another client "
+                                                     f"of this daemon asked first ({op})")
+            waiters.append((session, request.id, owner))
+            return
+        self.lock_waiters[key] = deque([(session, request.id, owner)])
         try:
             (self.shell.lock if op == "lock" else self.shell.unlock)(request.group, request.lock)
         except BaseException:
-            if waiter in waiters:
-                waiters.remove(waiter)
+            self.lock_waiters.pop(key, None)
             raise
 
     # ------------------------------------------------------------------------------------------------------------
@@ -434,10 +444,9 @@ class Hub:
 
     def _lock_result(self, event: LockResult) -> None:
         key = (event.group, event.lock)
-        waiters = self.lock_waiters.get((event.group, event.lock, event.op))
-        waiter = waiters.popleft() if waiters else None
+        waiters = self.lock_waiters.pop((event.group, event.lock, event.op), ())  # all one owner's: see _request_lock
         if event.op == "lock" and event.granted:
-            owner = waiter[2] if waiter else None
+            owner = waiters[0][2] if waiters else None
             if isinstance(owner, Session) and owner.closed:
                 owner = None
             self.lock_owner[key] = owner
@@ -445,8 +454,7 @@ class Hub:
                 self._release(*key)
         elif event.op == "unlock" and event.granted:
             self.lock_owner.pop(key, None)
-        if waiter is not None:
-            session, rid, _owner = waiter
+        for session, rid, _owner in waiters:
             if event.granted:
                 session.push({"id": rid, "ok": True, "granted": True, "lock": event.lock})
             else:

@@ -38,6 +38,10 @@ class RawClient:
     def request(self, obj: object) -> dict:
         """Send one frame and return the first frame that is not a pushed event (view changes, deliveries)."""
         self.sock.sendall(encode_frame(obj) if isinstance(obj, dict) else _frame(obj))
+        return self.answer()
+
+    def answer(self) -> dict:
+        """The next frame that is not a pushed event."""
         while "event" in (reply := self.read()):
             pass
         return reply
@@ -228,6 +232,38 @@ def test_handler_locks_belong_to_the_client_that_took_them(daemons) -> None:
     d.rmp("unlock", "locks", "4")
     result = d.rmp("unlock", "locks", "4", check=False)
     assert result.returncode == 1 and "not-owner" in result.stderr and len(result.stderr.strip().splitlines()) == 1
+
+
+def test_two_clients_asking_for_one_lock_at_once_are_never_both_granted_it(daemons) -> None:
+    """The group grants locks to daemons, so while one client's request was on its way a second client of the
+    same daemon passed the daemon's check too, and both were told "granted"."""
+    a, b = daemons(), daemons()
+    a.rmp("join", "race")
+    b.rmp("join", "race")
+    wait_for(lambda: sorted(a.members("race")) == sorted([a.pid, b.pid]), 10, "a two-member view")
+    first, second = RawClient(a.socket), RawClient(a.socket)
+    for client in (first, second):
+        assert client.request({"op": "join", "id": 0, "group": "race"})["ok"]
+    for lock in range(6, 46):
+        for client in (first, second):  # both requests on their way before either is answered
+            client.send_raw(encode_frame({"op": "lock", "id": lock, "group": "race", "lock": lock}))
+        replies = [first.answer(), second.answer()]
+        granted = [r for r in replies if r.get("granted")]
+        assert len(granted) == 1, (lock, replies)
+        assert [r.get("error") for r in replies if not r.get("granted")] == ["lock-held"]
+    # The same client asking twice is answered twice, from one request to the group.
+    for _ in range(2):
+        first.send_raw(encode_frame({"op": "lock", "id": "again", "group": "race", "lock": 100}))
+    assert [first.answer()["granted"], first.answer()["granted"]] == [True, True]
+
+
+def test_a_leave_from_a_client_that_never_joined_leaves_a_persistent_membership_alone(daemons) -> None:
+    d = daemons()
+    d.rmp("join", "kept")  # persistent: until `rmp leave`
+    stranger = RawClient(d.socket)
+    assert_error(stranger.request({"op": "leave", "id": 1, "group": "kept"}), "not-joined")
+    assert d.members("kept") == [d.pid]
+    assert stranger.request({"op": "leave", "id": 2, "group": "kept", "persist": True})["daemon_left"]
 
 
 def test_a_slow_reader_slows_the_group_and_a_stuck_one_is_cut_off(daemons, tmp_path) -> None:

@@ -31,14 +31,18 @@ def fits(size: int, count: int, payload: bytes) -> bool:
 class SendBatch:
     """Sends coalesced into one request; each waiter takes its sequence number by position."""
 
-    __slots__ = ("done", "error", "payloads", "seqs", "size")
+    __slots__ = ("done", "error", "outcome", "payloads", "seqs", "size")
 
     def __init__(self, first: bytes) -> None:
         self.payloads = [first]
         self.size = len(first)
         self.seqs: list[int] = []
         self.done = trio.Event()
+        """Set once the batch is handed over (or refused)."""
         self.error: BaseException | None = None
+        self.outcome: Callable[[], Awaitable[list[int]]] | None = None
+        """Where the sequence numbers come from when the answer comes later (a daemon's reply): every sender
+        of the batch waits for it, so one sender cancelled does not fail the others."""
 
     def takes(self, payload: bytes) -> bool:
         return fits(self.size, len(self.payloads), payload)
@@ -49,9 +53,15 @@ class SendBatch:
         self.payloads.append(payload)
         self.size += len(payload)
         await self.done.wait()
+        return (await self.result())[index]
+
+    async def result(self) -> list[int]:
+        """The batch's sequence numbers once handed over, or its error."""
         if self.error is not None:
             raise self.error
-        return self.seqs[index]
+        if self.outcome is not None:
+            return await self.outcome()
+        return self.seqs
 
 
 POST_LIMIT = 8192
@@ -109,10 +119,10 @@ class Poster:
         await trio.lowlevel.checkpoint_if_cancelled()
         if self.nursery is None:
             raise RuntimeError("post() needs a running backend")
-        self._raise(group)
+        self.check(group)
         while self._unaccepted >= POST_LIMIT:
             await self._wait_for_change()
-            self._raise(group)
+            self.check(group)
         queue = self._queues.get(group)
         if queue is None:
             queue = self._queues[group] = deque()
@@ -136,14 +146,26 @@ class Poster:
         await trio.lowlevel.checkpoint()
         while self._per_group.get(group) and self._failed is None:
             await self._wait_for_change()
-        self._raise(group)
+        self.check(group)
+
+    async def flush_all(self) -> None:
+        """Wait until every posted message is accepted, before the backend closes, and raise a refusal not yet
+        raised, so that no post vanishes unnoticed.  A lost backend is not raised again here: every post, send
+        and flush since the loss has raised it."""
+        await trio.lowlevel.checkpoint()
+        while self._unaccepted and self._failed is None:
+            await self._wait_for_change()
+        if self._failed is None:
+            for group in list(self._errors):
+                self.check(group)
 
     def fail(self, error: BaseException) -> None:
         """The backend is gone: every waiting and later post and flush ends with ``error``."""
         self._failed = error
         self._changed.set()
 
-    def _raise(self, group: str) -> None:
+    def check(self, group: str) -> None:
+        """Raise a refusal of a post to ``group`` not raised yet, or the backend's failure."""
         error = self._errors.pop(group, None) or self._failed
         if error is not None:
             raise error

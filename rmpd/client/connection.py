@@ -17,10 +17,12 @@ import trio
 
 from rmpd.daemon.config import client_socket_path
 from rmpd.daemon.frames import DEFAULT_MAX_FRAME, FrameError, FrameReader, encode_frame
+from rmpd.protocol.config import EngineConfig
+from rmpd.protocol.limits import MessageTooLarge, check_message_size
 from rmpd.protocol.qos import QoS
 
 from .batching import Poster, SendBatch
-from .errors import ConnectionLost, RmpdError
+from .errors import ConnectionLost, RmpdError, single_error
 from .events import CallRequest, Delivery, ViewChange, make_delivery
 from .group import Group
 
@@ -46,6 +48,11 @@ def _qos_of(name: str) -> QoS:
     return qos
 
 
+FRAME_ROOM = DEFAULT_MAX_FRAME - 64 * 1024
+"""The largest payload a request frame can carry with room for its other fields: a larger one, sent, would be
+answered frame-too-large with the connection closed, ending every group on it."""
+
+
 class Client:
     """Requests to the daemon, and the groups this connection has joined."""
 
@@ -59,19 +66,33 @@ class Client:
         self._lost: ConnectionLost | None = None
         self._batches: dict[tuple[str, QoS, int | None], SendBatch] = {}
         self._poster = Poster(self._send_batch)
+        self._limits: EngineConfig | None = None
+        """max_message and max_packet as the daemon said (``hello``)."""
 
     async def request(self, op: str, **fields: Any) -> dict[str, Any]:
         """Send one request and return its reply; RmpdError carries the daemon's structured error."""
+        return await self._answer_to(await self._submit(op, **fields))
+
+    async def _submit(self, op: str, **fields: Any) -> _Pending:
+        """Write one request frame; what its answer will arrive in.  Not cancellable: the wait for the write
+        lock is bounded by other frames' writes, and a frame cut short would leave the daemon's reader out of
+        step for good, failing every later request on the connection."""
         if self._lost is not None:
             raise self._lost
         rid = next(self._ids)
         pending = self._pending[rid] = _Pending()
+        frame = encode_frame({"op": op, "id": rid, **fields})
         try:
-            async with self._send_lock:
-                await self._stream.send_all(encode_frame({"op": op, "id": rid, **fields}))
+            with trio.CancelScope(shield=True):
+                async with self._send_lock:
+                    await self._stream.send_all(frame)
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             self._pending.pop(rid, None)
             raise self._lost or ConnectionLost("connection-lost", "the daemon closed the connection") from None
+        return pending
+
+    async def _answer_to(self, pending: _Pending) -> dict[str, Any]:
+        """Wait for a submitted request's reply (any number of tasks may wait for one)."""
         await pending.done.wait()
         reply = pending.reply
         if reply is None:
@@ -100,6 +121,23 @@ class Client:
         group.view, group._members = reply["view"], list(reply["members"])
         return group
 
+    async def _learn_limits(self) -> None:
+        """The daemon's message limits, so that each send and post is checked before it joins a batch: a message
+        the daemon refuses then costs its sender alone, never the messages batched with it."""
+        hello = await self.request("hello")
+        if "max_message" in hello and "max_packet" in hello:
+            self._limits = EngineConfig(max_message=int(hello["max_message"]), max_packet=int(hello["max_packet"]))
+
+    def _check_size(self, payload: bytes, qos: QoS) -> None:
+        if len(payload) > FRAME_ROOM:
+            raise RmpdError("message-too-large", f"a message is at most {FRAME_ROOM} bytes through the daemon's "
+                                                 f"socket; this one has {len(payload)}")
+        if self._limits is not None:
+            try:
+                check_message_size(self._limits, payload, qos)
+            except MessageTooLarge as exc:
+                raise RmpdError(exc.code, str(exc)) from None
+
     async def status(self) -> dict[str, Any]:
         return await self.request("status")
 
@@ -122,8 +160,11 @@ class Client:
         """Sends from concurrent tasks that arrive while one is being prepared travel in one ``send_batch``
         request: same order, one frame and one answer for all (a lone send waits one scheduling step).  Messages
         this connection posted to the group go first."""
+        self._check_size(payload, qos)
         if self._poster.pending(group):
             await self._poster.flush(group)
+        else:
+            self._poster.check(group)  # a post refused since: raised by this send, as Group.post says
         key = (group, qos, handler)
         batch = self._batches.get(key)
         if batch is not None and batch.takes(payload):
@@ -135,24 +176,35 @@ class Client:
             if self._batches.get(key) is batch:
                 del self._batches[key]
         try:
-            batch.seqs = await self._send_batch(group, batch.payloads, qos, handler)
+            pending = await self._submit_batch(group, batch.payloads, qos, handler)
         except BaseException as exc:
             batch.error = exc if isinstance(exc, RmpdError) else ConnectionLost("send-failed", repr(exc))
             raise
         finally:
             batch.done.set()
-        return batch.seqs[0]
+        # Every sender in the batch waits for the one answer: one of them cancelled does not fail the others.
+        batch.outcome = lambda: self._seqs_of(pending)
+        return (await batch.result())[0]
 
-    async def _send_batch(self, group: str, payloads: list[bytes], qos: QoS, handler: int | None) -> list[int]:
-        """One request for ``payloads``, in order; their sequence numbers."""
+    async def _submit_batch(self, group: str, payloads: list[bytes], qos: QoS, handler: int | None) -> _Pending:
+        """One request for ``payloads``, in order (see _seqs_of for its answer)."""
         fields: dict[str, Any] = {"group": group, "qos": qos.name()}
         if handler is not None:
             fields["handler"] = handler
         if len(payloads) == 1:
-            return [int((await self.request("send", payload=payloads[0], **fields))["seq"])]
-        return [int(s) for s in (await self.request("send_batch", payloads=payloads, **fields))["seqs"]]
+            return await self._submit("send", payload=payloads[0], **fields)
+        return await self._submit("send_batch", payloads=payloads, **fields)
+
+    async def _seqs_of(self, pending: _Pending) -> list[int]:
+        reply = await self._answer_to(pending)
+        return [int(reply["seq"])] if "seq" in reply else [int(s) for s in reply["seqs"]]
+
+    async def _send_batch(self, group: str, payloads: list[bytes], qos: QoS, handler: int | None) -> list[int]:
+        """One request for ``payloads``, in order; their sequence numbers."""
+        return await self._seqs_of(await self._submit_batch(group, payloads, qos, handler))
 
     async def _post(self, group: str, payload: bytes, qos: QoS, handler: int | None) -> None:
+        self._check_size(payload, qos)
         await self._poster.post(group, payload, qos, handler)  # after a loss, it raises the loss
 
     async def _flush(self, group: str) -> None:
@@ -166,8 +218,10 @@ class Client:
         return bool((await self.request(op, group=group, lock=lock))["granted"])
 
     async def _leave(self, group: str) -> None:
-        await self.request("leave", group=group)
-        self._groups.pop(group, None)
+        try:
+            await self.request("leave", group=group)
+        finally:
+            self._groups.pop(group, None)
 
     # Reading
 
@@ -241,16 +295,11 @@ async def connect(path: str | Path | None = None) -> AsyncIterator[Client]:
         async with stream, trio.open_nursery() as nursery:
             client._poster.nursery = nursery
             nursery.start_soon(client._read_loop)
+            await client._learn_limits()
             try:
                 yield client
+                await client._poster.flush_all()  # posts made must not vanish with the connection
             finally:
                 nursery.cancel_scope.cancel()
     except BaseExceptionGroup as group:
-        raise _single(group) from None
-
-
-def _single(group: BaseExceptionGroup) -> BaseException:
-    """The program's own exception out of the nursery's group, so callers can catch RmpdError as usual."""
-    while isinstance(group, BaseExceptionGroup) and len(group.exceptions) == 1:
-        group = group.exceptions[0]
-    return group
+        raise single_error(group) from None

@@ -14,3 +14,11 @@ class RmpdError(Exception):
 
 class ConnectionLost(RmpdError):
     """The daemon closed the connection (it stopped, or cut this client off, e.g. as a slow consumer)."""
+
+
+def single_error(group: BaseExceptionGroup) -> BaseException:
+    """The program's own exception out of a nursery's group, so callers can catch RmpdError as usual."""
+    error: BaseException = group
+    while isinstance(error, BaseExceptionGroup) and len(error.exceptions) == 1:
+        error = error.exceptions[0]
+    return error

@@ -48,11 +48,11 @@ class Group:
 
     # Feeding (by the backend)
 
-    def _feed(self, event: Event) -> bool:
-        """Queue an event; False when the buffer is full (the backend then treats this reader as slow)."""
-        if isinstance(event, ViewChange):
-            self.view, self._members = event.view, list(event.members)
-        return self._events.put_nowait(event)
+    def _feed_view(self, event: ViewChange) -> None:
+        """Queue a view change even past EVENT_BUFFER: a reader behind still sees every view, in its place
+        among the deliveries (the embedded node slows the group meanwhile)."""
+        self.view, self._members = event.view, list(event.members)
+        self._events.put_over((event,))
 
     async def _feed_wait(self, event: Event) -> None:
         if isinstance(event, ViewChange):
@@ -77,6 +77,8 @@ class Group:
         pair = self._calls.get(handler)
         if pair is None:
             pair = self._calls[handler] = trio.open_memory_channel[CallRequest](EVENT_BUFFER)
+            if self._closed:  # asked for after the group ended: nothing more will come, so iteration ends
+                pair[0].close()
         return pair
 
     def _feed_call(self, request: CallRequest) -> None:
@@ -136,8 +138,12 @@ class Group:
             yield request
 
     async def leave(self) -> None:
-        await self._backend._leave(self.name)
-        self._end()
+        """Leave the group; its iteration ends, also when this call is cancelled after asking (the backend may
+        then have left already, and nothing would end the readers)."""
+        try:
+            await self._backend._leave(self.name)
+        finally:
+            self._end()
 
     def __aiter__(self) -> Group:
         return self

@@ -31,7 +31,7 @@ from rmpd.protocol.process import NotMember
 from rmpd.protocol.qos import QoS
 
 from .batching import Poster, SendBatch
-from .errors import RmpdError
+from .errors import RmpdError, single_error
 from .events import CallRequest, ViewChange, make_delivery
 from .group import EVENT_BUFFER, Group
 
@@ -106,10 +106,27 @@ class Node:
     async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                         tb: TracebackType | None) -> bool | None:
         assert self._cm is not None and self._nursery_manager is not None
+        unflushed: BaseException | None = None
         if exc is None:
+            try:
+                await self._poster.flush_all()  # posts made must not vanish with the node
+            except RmpdError as error:
+                unflushed = error
             await self._leave_all()
         self._nursery_manager.cancel_scope.cancel()
-        return await self._cm.__aexit__(exc_type, exc, tb)
+        try:
+            handled = await self._cm.__aexit__(exc_type, exc, tb)
+        except BaseExceptionGroup as group:
+            raise single_error(group) from None
+        finally:
+            stopped = RmpdError("stopped", "the node has stopped")
+            self._poster.fail(stopped)
+            for group in self._groups.values():
+                group._end(stopped)
+            self._groups.clear()
+        if unflushed is not None:
+            raise unflushed
+        return handled
 
     async def _leave_all(self, timeout: float = 5.0) -> None:
         shell = self._require()
@@ -160,6 +177,8 @@ class Node:
         self._check_size(payload, qos)
         if self._poster.pending(group):
             await self._poster.flush(group)
+        else:
+            self._poster.check(group)  # a post refused since: raised by this send, as Group.post says
         key = (group, qos, handler)
         batch = self._batches.get(key)
         if batch is not None and batch.takes(payload):
@@ -325,7 +344,7 @@ class Node:
             return
         if isinstance(event, ViewInstalled):
             if group is not None:
-                group._feed(ViewChange(str(event.view), tuple(event.members), event.group))
+                group._feed_view(ViewChange(str(event.view), tuple(event.members), event.group))
             for wait in self._joins.pop(event.group, []):
                 wait.done.set()
         elif isinstance(event, LockResult):

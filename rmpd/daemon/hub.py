@@ -170,7 +170,9 @@ class Hub:
             session.push({"id": rid, "ok": True, **result})
 
     def _op_hello(self, session: Session, request: Request) -> dict[str, Any]:
-        return {"pid": self.shell.pid, "version": 1}
+        limits = self.shell.process.config  # a client checks each message against these before batching it
+        return {"pid": self.shell.pid, "version": 1, "max_message": limits.max_message,
+                "max_packet": limits.max_packet}
 
     def _op_status(self, session: Session, request: Request) -> dict[str, Any]:
         groups = []

@@ -83,6 +83,8 @@ class Node:
         self._overrun: dict[str, float] = {}
         """Groups not accepting the token because their reader is behind, with since when."""
         self._cm = None
+        self._stopped: RmpdError | None = None
+        """Set once the node has stopped: every later request raises it."""
 
     @property
     def pid(self) -> str:
@@ -119,7 +121,7 @@ class Node:
         except BaseExceptionGroup as group:
             raise single_error(group) from None
         finally:
-            stopped = RmpdError("stopped", "the node has stopped")
+            stopped = self._stopped = RmpdError("stopped", "the node has stopped")
             self._poster.fail(stopped)
             for group in self._groups.values():
                 group._end(stopped)
@@ -139,6 +141,8 @@ class Node:
     def _require(self) -> ProcessShell:
         if self._shell is None:
             raise RuntimeError("use the Node inside `async with`")
+        if self._stopped is not None:
+            raise self._stopped
         return self._shell
 
     # The join/Group API

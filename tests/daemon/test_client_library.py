@@ -353,7 +353,13 @@ async def test_posts_not_yet_flushed_are_delivered_when_the_program_closes(daemo
             assert got == [b"%d" % i for i in range(300)]
 
 
-async def test_an_error_inside_a_node_comes_out_as_itself(loopback_multicast) -> None:
+async def test_an_error_inside_a_node_comes_out_as_itself_and_a_stopped_node_says_so(loopback_multicast) -> None:
     with pytest.raises(rmpd.RmpdError, match="mine"):
         async with rmpd.Node(interface="lo", port=0):
             raise rmpd.RmpdError("mine", "raised by the program")
+    with trio.fail_after(30):
+        async with rmpd.Node(interface="lo", port=0) as node:
+            group = await node.join("stopping")
+        for request in (group.post(b"late"), group.send(b"late"), group.flush(), node.join("other")):
+            with pytest.raises(rmpd.RmpdError, match="stopped"):
+                await request

@@ -105,15 +105,17 @@ class Poster:
         self._queues: dict[str, deque[_Run]] = {}
         """Runs waiting, per group; a group has a queue exactly while its carrier task runs."""
         self._unaccepted = 0
-        self._per_group: dict[str, int] = {}
-        """Posted and not yet accepted (or refused), per group."""
+        self._posted: dict[str, int] = {}
+        self._settled: dict[str, int] = {}
+        """Per group, messages ever posted and ever accepted or refused: posts settle in order, so a flush waits
+        for the count it saw posted, not for a moment with nothing pending that a busy poster never leaves."""
         self._errors: dict[str, BaseException] = {}
         self._failed: BaseException | None = None
         self._changed = trio.Event()
         self._since_yield = 0
 
     def pending(self, group: str) -> int:
-        return self._per_group.get(group, 0)
+        return self._posted.get(group, 0) - self._settled.get(group, 0)
 
     async def post(self, group: str, payload: bytes, qos: QoS, handler: int | None) -> None:
         await trio.lowlevel.checkpoint_if_cancelled()
@@ -134,17 +136,18 @@ class Poster:
         else:
             queue.append(_Run(qos, handler, payload))
         self._unaccepted += 1
-        self._per_group[group] = self._per_group.get(group, 0) + 1
+        self._posted[group] = self._posted.get(group, 0) + 1
         self._since_yield += 1
         if self._since_yield >= POST_YIELD_EVERY:
             self._since_yield = 0
             await trio.lowlevel.cancel_shielded_checkpoint()
 
     async def flush(self, group: str) -> None:
-        """Wait until every message posted to ``group`` is accepted; raise the first refusal since the last one
-        raised."""
+        """Wait until every message posted to ``group`` before this call is accepted (later posts, from other
+        tasks, are not waited for); raise the first refusal since the last one raised."""
+        mark = self._posted.get(group, 0)
         await trio.lowlevel.checkpoint()
-        while self._per_group.get(group) and self._failed is None:
+        while self._settled.get(group, 0) < mark and self._failed is None:
             await self._wait_for_change()
         self.check(group)
 
@@ -185,9 +188,7 @@ class Poster:
                     self._errors.setdefault(group, exc)
                 finally:
                     self._unaccepted -= len(run.payloads)
-                    self._per_group[group] -= len(run.payloads)
+                    self._settled[group] = self._settled.get(group, 0) + len(run.payloads)
                     self._changed.set()
         finally:
             del self._queues[group]  # the next post starts a carrier again
-            if not self._per_group.get(group):
-                self._per_group.pop(group, None)

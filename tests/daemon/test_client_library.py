@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import signal
 
 import pytest
@@ -363,3 +364,31 @@ async def test_an_error_inside_a_node_comes_out_as_itself_and_a_stopped_node_say
         for request in (group.post(b"late"), group.send(b"late"), group.flush(), node.join("other")):
             with pytest.raises(rmpd.RmpdError, match="stopped"):
                 await request
+
+
+@pytest.mark.parametrize("backend", ["daemon", "node"])
+async def test_a_send_and_a_flush_return_while_another_task_keeps_posting(daemons, backend) -> None:
+    """They waited for a moment with nothing posted and unaccepted, which a busy poster never leaves."""
+    d = daemons()
+    async with contextlib.AsyncExitStack() as stack:
+        if backend == "daemon":
+            group = await (await stack.enter_async_context(rmpd.connect(d.socket))).join("busy")
+        else:
+            group = await (await stack.enter_async_context(rmpd.Node(interface="lo", port=0))).join("busy")
+        async with trio.open_nursery() as nursery:
+            async def keep_posting() -> None:
+                while True:
+                    await group.post(b"p")
+
+            async def keep_reading() -> None:
+                async for _ in group.batches():
+                    pass
+
+            nursery.start_soon(keep_reading)
+            nursery.start_soon(keep_posting)
+            with trio.fail_after(30):
+                for _ in range(3):
+                    await trio.sleep(0.05)  # the poster well under way
+                    await group.send(b"S")
+                    await group.flush()
+            nursery.cancel_scope.cancel()

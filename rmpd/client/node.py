@@ -297,6 +297,17 @@ class Node:
         self._groups.pop(group, None)
         await trio.lowlevel.checkpoint()
 
+    def _rejoin(self, name: str) -> None:
+        if not self._joins.get(name) or self._stopped is not None:
+            return
+        shell = self._require()
+        try:
+            shell.join(name, ttl=shell.group_ttl.get(name))
+        except ValueError as exc:
+            for wait in self._joins.pop(name, []):
+                wait.error = RmpdError("join-failed", str(exc))
+                wait.done.set()
+
     # A reader behind: section 4.6
 
     def _check_overrun(self) -> None:
@@ -357,6 +368,10 @@ class Node:
                 wait = waits.popleft()
                 wait.granted = event.granted
                 wait.done.set()
+        elif isinstance(event, Left) and self._joins.get(event.group):
+            # Asked to join again while this node was still leaving: join once out, as the daemon does (the
+            # group object waiting is the new one, not the one this Left ends).
+            self._require().call_soon(lambda: self._rejoin(event.group))
         elif isinstance(event, Left | JoinFailed):
             error = RmpdError("join-failed" if isinstance(event, JoinFailed) else "left", event.reason)
             for wait in self._joins.pop(event.group, []):

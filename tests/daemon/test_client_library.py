@@ -392,3 +392,15 @@ async def test_a_send_and_a_flush_return_while_another_task_keeps_posting(daemon
                     await group.send(b"S")
                     await group.flush()
             nursery.cancel_scope.cancel()
+
+
+async def test_a_node_joins_again_a_group_it_is_still_leaving(loopback_multicast) -> None:
+    with trio.fail_after(60):
+        async with rmpd.Node(interface="lo", port=0) as a, rmpd.Node(interface="lo", port=0) as b:
+            await a.join("again")
+            left = await b.join("again", existing_only=True)
+            await left.leave()
+            back = await b.join("again")  # the daemon joins again once its leave is through: so does a node
+            assert sorted(await back.members()) == sorted([a.pid, b.pid])
+            await back.send(b"back")
+            assert (await next_delivery(back)).payload == b"back"

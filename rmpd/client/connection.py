@@ -218,6 +218,11 @@ class Client:
         return bool((await self.request(op, group=group, lock=lock))["granted"])
 
     async def _leave(self, group: str) -> None:
+        joined = self._groups.get(group)
+        if joined is not None:
+            # Ended first: the reader task may be waiting for room in this group's full queue, and the answer
+            # to the leave comes after what it is holding.  Events still queued stay readable.
+            joined._end()
         try:
             await self.request("leave", group=group)
         finally:

@@ -404,3 +404,28 @@ async def test_a_node_joins_again_a_group_it_is_still_leaving(loopback_multicast
             assert sorted(await back.members()) == sorted([a.pid, b.pid])
             await back.send(b"back")
             assert (await next_delivery(back)).payload == b"back"
+
+
+async def test_leaving_a_group_nobody_read_returns_and_the_connection_goes_on(daemons) -> None:
+    """The connection's reader waited for room in the unread group's queue, so the answer to the leave, behind
+    it, never came once the group went quiet."""
+    d = daemons()
+    with trio.fail_after(60):
+        async with rmpd.connect(d.socket) as client, rmpd.connect(d.socket) as sender:
+            unread = await client.join("unread")
+            other = await client.join("other")
+            busy = await sender.join("unread")
+            async with trio.open_nursery() as nursery:
+                async def drain() -> None:
+                    async for _ in busy.batches():
+                        pass
+
+                nursery.start_soon(drain)
+                for i in range(EVENT_BUFFER + 2000):
+                    await busy.post(b"%d" % i)
+                while len(unread._events) < EVENT_BUFFER:  # the reader task now waits for room
+                    await trio.sleep(0.01)
+                await unread.leave()
+                await busy.leave()
+            await other.send(b"still served")
+            assert (await next_delivery(other)).payload == b"still served"

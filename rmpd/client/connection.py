@@ -24,7 +24,7 @@ from rmpd.protocol.qos import QoS
 from .batching import Poster, SendBatch
 from .errors import ConnectionLost, RmpdError, single_error
 from .events import CallRequest, Delivery, ViewChange, make_delivery
-from .group import Group
+from .group import Group, JoinOnce
 
 
 class _Pending:
@@ -67,6 +67,7 @@ class Client:
         self._batches: dict[tuple[str, QoS, int | None], SendBatch] = {}
         self._poster = Poster(self._send_batch)
         self._limits: EngineConfig | None = None
+        self._join_once = JoinOnce()
         """max_message and max_packet as the daemon said (``hello``)."""
 
     async def request(self, op: str, **fields: Any) -> dict[str, Any]:
@@ -104,6 +105,10 @@ class Client:
     async def join(self, name: str, *, ttl: int | None = None, min_partition: int | None = None,
                    persist: bool = False, existing_only: bool = False) -> Group:
         """Join ``name`` (the daemon joins it if needed); returns once the daemon is in a view of the group."""
+        return await self._join_once.run(name, lambda: self._join(name, ttl, min_partition, persist, existing_only))
+
+    async def _join(self, name: str, ttl: int | None, min_partition: int | None, persist: bool,
+                    existing_only: bool) -> Group:
         group = self._groups.get(name)
         if group is not None:
             return group

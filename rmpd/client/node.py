@@ -33,7 +33,7 @@ from rmpd.protocol.qos import QoS
 from .batching import Poster, SendBatch
 from .errors import RmpdError, single_error
 from .events import CallRequest, ViewChange, make_delivery
-from .group import EVENT_BUFFER, Group
+from .group import EVENT_BUFFER, Group, JoinOnce
 
 
 @contextlib.contextmanager
@@ -84,6 +84,7 @@ class Node:
         """Groups not accepting the token because their reader is behind, with since when."""
         self._cm = None
         self._stopped: RmpdError | None = None
+        self._join_once = JoinOnce()
         """Set once the node has stopped: every later request raises it."""
 
     @property
@@ -150,6 +151,9 @@ class Node:
     async def join(self, name: str, *, ttl: int | None = None, min_partition: int | None = None,
                    existing_only: bool = False) -> Group:
         """Join ``name``; returns once this node is in a view of the group."""
+        return await self._join_once.run(name, lambda: self._join(name, ttl, min_partition, existing_only))
+
+    async def _join(self, name: str, ttl: int | None, min_partition: int | None, existing_only: bool) -> Group:
         shell = self._require()
         if name in self._groups and shell.is_member(name):
             return self._groups[name]

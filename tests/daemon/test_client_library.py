@@ -429,3 +429,27 @@ async def test_leaving_a_group_nobody_read_returns_and_the_connection_goes_on(da
                 await busy.leave()
             await other.send(b"still served")
             assert (await next_delivery(other)).payload == b"still served"
+
+
+@pytest.mark.parametrize("backend", ["daemon", "node"])
+async def test_concurrent_joins_of_one_group_share_one_group_once_it_is_joined(daemons, backend) -> None:
+    """The daemon backend answered the second join at once with no view; the node made a second Group that no
+    event reached."""
+    d = daemons()
+    with trio.fail_after(30):
+        async with contextlib.AsyncExitStack() as stack:
+            if backend == "daemon":
+                backend_ = await stack.enter_async_context(rmpd.connect(d.socket))
+            else:
+                backend_ = await stack.enter_async_context(rmpd.Node(interface="lo", port=0))
+            joined: list[rmpd.Group] = []
+
+            async def join() -> None:
+                joined.append(await backend_.join("together"))
+
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(join)
+                nursery.start_soon(join)
+            assert joined[0] is joined[1] and joined[0].view
+            await joined[0].send(b"one")
+            assert (await next_delivery(joined[1])).payload == b"one"

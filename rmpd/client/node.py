@@ -149,8 +149,9 @@ class Node:
     # The join/Group API
 
     async def join(self, name: str, *, ttl: int | None = None, min_partition: int | None = None,
-                   existing_only: bool = False) -> Group:
-        """Join ``name``; returns once this node is in a view of the group."""
+                   persist: bool = False, existing_only: bool = False) -> Group:
+        """Join ``name``; returns once this node is in a view of the group.  ``persist`` is taken so that code
+        written for a daemon connection runs unchanged; a node's memberships end with the node either way."""
         return await self._join_once.run(name, lambda: self._join(name, ttl, min_partition, existing_only))
 
     async def _join(self, name: str, ttl: int | None, min_partition: int | None, existing_only: bool) -> Group:

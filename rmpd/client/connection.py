@@ -67,8 +67,8 @@ class Client:
         self._batches: dict[tuple[str, QoS, int | None], SendBatch] = {}
         self._poster = Poster(self._send_batch)
         self._limits: EngineConfig | None = None
-        self._join_once = JoinOnce()
         """max_message and max_packet as the daemon said (``hello``)."""
+        self._join_once = JoinOnce()
 
     async def request(self, op: str, **fields: Any) -> dict[str, Any]:
         """Send one request and return its reply; RmpdError carries the daemon's structured error."""

@@ -84,8 +84,8 @@ class Node:
         """Groups not accepting the token because their reader is behind, with since when."""
         self._cm = None
         self._stopped: RmpdError | None = None
-        self._join_once = JoinOnce()
         """Set once the node has stopped: every later request raises it."""
+        self._join_once = JoinOnce()
 
     @property
     def pid(self) -> str:

@@ -145,11 +145,18 @@ class Poster:
     async def flush(self, group: str) -> None:
         """Wait until every message posted to ``group`` before this call is accepted (later posts, from other
         tasks, are not waited for); raise the first refusal since the last one raised."""
+        refused = await self.settle(group)
+        if refused is not None:
+            raise refused
+
+    async def settle(self, group: str) -> BaseException | None:
+        """``flush`` that returns the refusal instead of raising it: a leave goes ahead with it and raises it
+        after."""
         mark = self._posted.get(group, 0)
         await trio.lowlevel.checkpoint()
         while self._settled.get(group, 0) < mark and self._failed is None:
             await self._wait_for_change()
-        self.check(group)
+        return self._errors.pop(group, None) or self._failed
 
     async def flush_all(self) -> None:
         """Wait until every posted message is accepted, before the backend closes, and raise a refusal not yet

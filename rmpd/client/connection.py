@@ -223,15 +223,19 @@ class Client:
         return bool((await self.request(op, group=group, lock=lock))["granted"])
 
     async def _leave(self, group: str) -> None:
+        """Posts made before the leave go first (as before a send); a refusal among them is raised once left."""
         joined = self._groups.get(group)
         if joined is not None:
-            # Ended first: the reader task may be waiting for room in this group's full queue, and the answer
-            # to the leave comes after what it is holding.  Events still queued stay readable.
+            # Ended first: the reader task may be waiting for room in this group's full queue, and the answers
+            # to the posts and to the leave come after what it is holding.  Events still queued stay readable.
             joined._end()
         try:
+            refused = await self._poster.settle(group)
             await self.request("leave", group=group)
         finally:
             self._groups.pop(group, None)
+        if refused is not None:
+            raise refused
 
     # Reading
 

@@ -295,12 +295,16 @@ class Node:
         return True
 
     async def _leave(self, group: str) -> None:
+        """Posts made before the leave go first (as before a send); a refusal among them is raised once left."""
+        refused = await self._poster.settle(group)
         try:
             self._require().leave(group)
         except NotMember as exc:
             raise RmpdError("not-joined", str(exc)) from None
         self._groups.pop(group, None)
         await trio.lowlevel.checkpoint()
+        if refused is not None:
+            raise refused
 
     def _rejoin(self, name: str) -> None:
         if not self._joins.get(name) or self._stopped is not None:

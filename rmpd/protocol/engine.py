@@ -642,6 +642,13 @@ class GroupEngine(Reformation):
         self.rto.back_off(now)
 
     def _on_data(self, packet: Data, now: float) -> None:
+        if packet.src not in self.view and not self.frozen and (
+                packet.qos.level == Level.UNRELIABLE or self.q.ts_of((packet.src, packet.seq)) is None):
+            # A process our view no longer holds (a reformation cut it off) still speaks in an older view we know.
+            # Only a packet an ACK already ordered is still wanted (a NACK's answer), or, while a reformation runs,
+            # one its sync point may name; anything else came too late: no token site may order it.
+            self.stats["removed_source"] += 1
+            return
         if packet.qos.level == Level.UNRELIABLE:
             self._deliver(packet, None, now, holders=1)
             return
@@ -909,6 +916,8 @@ class GroupEngine(Reformation):
             for m in self.view.members:
                 if m not in new_view:
                     self.holds.pop(m, None)
+            for src in [s for s in self.unordered if s not in new_view]:
+                self._forget_unorderable(src)
             self.view = new_view
             self.view_sizes.append((nl.ts, new_view.size))
             if self.pid not in new_view:  # a view without us: its token is not ours to hold or pass
@@ -916,6 +925,20 @@ class GroupEngine(Reformation):
                 self.null_deadline = None
         self._ask_again_if_lost(now)
         self._token_moved(nl.src, nl.ts, nl.ts, nl.next_site, 0, now)
+
+    def _forget_unorderable(self, src: ProcessId) -> None:
+        """A view without ``src``: of its packets not yet ordered, only the run that follows what was ordered may
+        still be (a token site holding it orders it, as after a reformation).  Past the first hole nothing can be:
+        the one process sure to hold the hole is gone and its late copies are refused (``_on_data``), so stop
+        waiting for it.  The packets stay in ``data``: an ACK from a site that held the hole may still order them."""
+        pending = self.unordered[src]
+        seq = self.ordered_upto.get(src, 0) + 1
+        while seq in pending:
+            seq += 1
+        for late in [s for s in pending if s > seq]:
+            pending.discard(late)
+        if not pending:
+            del self.unordered[src]
 
     def _restart_source(self, member: ProcessId, base: int) -> None:
         """A process (re)joins: order its messages from ``base``+1 on, forgetting any older ones still unordered.
@@ -1335,6 +1358,9 @@ class GroupEngine(Reformation):
         source, but do not hold.  Only sources in ``_gappy`` are looked at; one found without a gap leaves it."""
         gaps: list[tuple[ProcessId, int]] = []
         for src in list(self._gappy):
+            if src not in self.view:  # removed: it answers no more, and a holder's ACK would name what it lacks
+                del self._gappy[src]
+                continue
             seqs = self.unordered.get(src)
             newest = max(seqs) if seqs else 0
             lacking = (s for s in range(self.ordered_upto.get(src, 0) + 1, newest) if (src, s) not in self.data)

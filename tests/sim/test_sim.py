@@ -120,3 +120,14 @@ def test_loss_without_faults_never_makes_a_member_suspect_a_failure() -> None:
         r = run_seed(config, seed)
         assert r.violation_count == 0 and r.liveness, seed
         assert r.reformations == 0, (seed, r.reformations)
+
+
+def test_a_member_cut_off_that_sends_after_the_heal_and_crashes_leaves_nobody_asking_for_ever() -> None:
+    """Seed 132 of this mix: a member a reformation removed went on multicasting in its old view after the
+    partition healed; the others took its packets in, ordered what happened to follow on from its last ordered
+    one, and after it crashed NACKed for ever a hole only it had held (the ring never went quiet)."""
+    config = SimConfig(members=6, senders=3, messages=200, size=100, loss=0.15, dup=0.05, reorder=0.2,
+                       qos="mixed", crash=2, partition=True, joins=1, leaves=1, locks=True, calls=5)
+    r = run_seed(config, 132)
+    assert r.violations == [] and r.quiescent and r.liveness
+    assert r.delivered == r.expected

@@ -15,6 +15,9 @@ from rmpd.protocol.config import EngineConfig
 
 from .harness import read_deliveries
 
+FAST_NODE = EngineConfig(request_interval=0.05, join_retries=2)
+"""A node that creates a group it finds no one in after 0.1 s instead of 3 s."""
+
 
 async def next_delivery(group: rmpd.Group) -> rmpd.Delivery:
     async for event in group:
@@ -346,7 +349,7 @@ async def test_posts_not_yet_flushed_are_delivered_when_the_program_closes(daemo
                     for i in range(300):
                         await group.post(b"%d" % i)
             else:
-                async with rmpd.Node(interface="lo", port=0) as node:
+                async with rmpd.Node(interface="lo", port=0, config=FAST_NODE) as node:
                     group = await node.join("closing", existing_only=True)
                     for i in range(300):
                         await group.post(b"%d" % i)
@@ -356,10 +359,10 @@ async def test_posts_not_yet_flushed_are_delivered_when_the_program_closes(daemo
 
 async def test_an_error_inside_a_node_comes_out_as_itself_and_a_stopped_node_says_so(loopback_multicast) -> None:
     with pytest.raises(rmpd.RmpdError, match="mine"):
-        async with rmpd.Node(interface="lo", port=0):
+        async with rmpd.Node(interface="lo", port=0, config=FAST_NODE):
             raise rmpd.RmpdError("mine", "raised by the program")
     with trio.fail_after(30):
-        async with rmpd.Node(interface="lo", port=0) as node:
+        async with rmpd.Node(interface="lo", port=0, config=FAST_NODE) as node:
             group = await node.join("stopping")
         for request in (group.post(b"late"), group.send(b"late"), group.flush(), node.join("other")):
             with pytest.raises(rmpd.RmpdError, match="stopped"):
@@ -374,7 +377,8 @@ async def test_a_send_and_a_flush_return_while_another_task_keeps_posting(daemon
         if backend == "daemon":
             group = await (await stack.enter_async_context(rmpd.connect(d.socket))).join("busy")
         else:
-            group = await (await stack.enter_async_context(rmpd.Node(interface="lo", port=0))).join("busy")
+            node = await stack.enter_async_context(rmpd.Node(interface="lo", port=0, config=FAST_NODE))
+            group = await node.join("busy")
         async with trio.open_nursery() as nursery:
             async def keep_posting() -> None:
                 while True:
@@ -396,7 +400,8 @@ async def test_a_send_and_a_flush_return_while_another_task_keeps_posting(daemon
 
 async def test_a_node_joins_again_a_group_it_is_still_leaving(loopback_multicast) -> None:
     with trio.fail_after(60):
-        async with rmpd.Node(interface="lo", port=0) as a, rmpd.Node(interface="lo", port=0) as b:
+        async with (rmpd.Node(interface="lo", port=0, config=FAST_NODE) as a,
+                    rmpd.Node(interface="lo", port=0, config=FAST_NODE) as b):
             await a.join("again")
             left = await b.join("again", existing_only=True)
             await left.leave()
@@ -441,7 +446,7 @@ async def test_concurrent_joins_of_one_group_share_one_group_once_it_is_joined(d
             if backend == "daemon":
                 backend_ = await stack.enter_async_context(rmpd.connect(d.socket))
             else:
-                backend_ = await stack.enter_async_context(rmpd.Node(interface="lo", port=0))
+                backend_ = await stack.enter_async_context(rmpd.Node(interface="lo", port=0, config=FAST_NODE))
             joined: list[rmpd.Group] = []
 
             async def join() -> None:

@@ -68,6 +68,8 @@ class Client:
         self._poster = Poster(self._send_batch)
         self._limits: EngineConfig | None = None
         """max_message and max_packet as the daemon said (``hello``)."""
+        self._always_fits = 0
+        """A payload up to this size passes every size check, whatever its QoS."""
         self._join_once = JoinOnce()
 
     async def request(self, op: str, **fields: Any) -> dict[str, Any]:
@@ -132,8 +134,11 @@ class Client:
         hello = await self.request("hello")
         if "max_message" in hello and "max_packet" in hello:
             self._limits = EngineConfig(max_message=int(hello["max_message"]), max_packet=int(hello["max_packet"]))
+            self._always_fits = min(self._limits.max_message, self._limits.max_packet, FRAME_ROOM)
 
     def _check_size(self, payload: bytes, qos: QoS) -> None:
+        if len(payload) <= self._always_fits:  # the common case, on every send and post
+            return
         if len(payload) > FRAME_ROOM:
             raise RmpdError("message-too-large", f"a message is at most {FRAME_ROOM} bytes through the daemon's "
                                                  f"socket; this one has {len(payload)}")

@@ -212,6 +212,8 @@ class Node:
         return batch.seqs[0]
 
     def _check_size(self, payload: bytes, qos: QoS) -> None:
+        if len(payload) <= self._config.max_packet and len(payload) <= self._config.max_message:
+            return  # the common case, on every send and post: fits whatever the QoS
         with _refused():
             check_message_size(self._config, payload, qos)
 

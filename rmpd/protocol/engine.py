@@ -277,6 +277,9 @@ class GroupEngine(Reformation):
         self.stall_tries = 0
         self._hint_target: ProcessId | None = None
         """A member of our view that spoke in a view we do not know: it can send us the New Lists we missed."""
+        self._passed_by = False
+        """Since our last new ACK, a member of our view passed the token in a view we do not know, at a timestamp
+        beyond any we know: the ring moved on past a view change we missed (see ``_progress``, the stall)."""
         self.hint_deadline: float | None = None
         self._hint_quiet_until = 0.0
         self._hint_gap = self.config.nack_timeout
@@ -489,6 +492,9 @@ class GroupEngine(Reformation):
                 witness = self.witness_of_unknown_view(packet)
                 if witness is not None:
                     self._note_unknown_view(witness, now)
+                    if isinstance(packet, (Ack, NewList)) and packet.ts > self.latest_ack_ts:
+                        self._passed_by = True
+                        self._progress(now)
             return
         if src not in view:
             self.stats["non_member"] += 1
@@ -752,6 +758,7 @@ class GroupEngine(Reformation):
         self.stall_deadline = None
         self.stall_tries = 0
         self._hint_target = None
+        self._passed_by = False
         self.hint_deadline = None
         self._hint_gap = self.config.nack_timeout
 
@@ -1730,7 +1737,13 @@ class GroupEngine(Reformation):
         # Stall: undelivered messages, or own packets waiting to be ordered, and no new ACK for a while.  The
         # latter alone is how the ring's survivors notice a lost token (the token site passed it to a member that
         # had just crashed, then crashed too): the data timer, from the ordering time under load, took 12 s.
-        waiting = (self.deliver_ts <= q.high or bool(self.accept_target) or bool(self.outstanding)) and not self.frozen
+        # So is a member whose fellows pass the token in a view it does not know, beyond any timestamp it knows
+        # (``_passed_by``), while no ACK of its own view comes: a New List it merely missed comes with the hint
+        # NACK's answer (``_note_unknown_view``) and its ACKs end this, but one that left it out never does (a
+        # reformation that removed it while a partition cut it off and it had nothing to send or deliver): without
+        # this it stayed in that view for ever, NACKing gaps its old view's sources can no longer fill.
+        waiting = (self.deliver_ts <= q.high or bool(self.accept_target) or bool(self.outstanding)
+                   or self._passed_by) and not self.frozen
         if waiting and self.stall_deadline is None:
             self.stall_deadline = now + self.config.stall_timeout
         elif not waiting:

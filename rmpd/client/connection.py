@@ -189,11 +189,11 @@ class Client:
             pending = await self._submit_batch(group, batch.payloads, qos, handler)
         except BaseException as exc:
             batch.error = exc if isinstance(exc, RmpdError) else ConnectionLost("send-failed", repr(exc))
-            raise
-        finally:
             batch.done.set()
+            raise
         # Every sender in the batch waits for the one answer: one of them cancelled does not fail the others.
         batch.outcome = lambda: self._seqs_of(pending)
+        batch.done.set()
         return (await batch.result())[0]
 
     async def _submit_batch(self, group: str, payloads: list[bytes], qos: QoS, handler: int | None) -> _Pending:

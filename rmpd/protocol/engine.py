@@ -67,6 +67,7 @@ from .packets import (
 from .packing import Queued
 from .qos import Level, QoS
 from .reformation import Reformation
+from .status import GroupStatus
 from .view import HANDLER_LOCKS, View
 
 RECOVERY_PACKETS = (RecoveryStart, RecoveryVote, RecoveryAckNewList, RecoveryAbort)
@@ -353,6 +354,16 @@ class GroupEngine(Reformation):
             if d is not None
         ]
         return min(deadlines) if deadlines else None
+
+    def status(self) -> GroupStatus:
+        """A snapshot of this membership for the process's callers (``RmpProcess.status``)."""
+        return GroupStatus(
+            group=self.group, view=self.app_view, leaving=self.leaving and not self.departed,
+            departed=self.departed, finished=self.finished, reforming=self.frozen, next_seq=self.next_seq,
+            send_queue=len(self.send_queue), in_flight=len(self.outstanding), window=self.window.window,
+            orderingq_slots=len(self.q.slots), ack_slots=self.q.ack_slots, packets_held=len(self.data),
+            started_at=self.started_at, scmp=self.scmp_status(),
+        )
 
     @property
     def quiet(self) -> bool:

@@ -37,6 +37,7 @@ from .packets import (
     encode,
 )
 from .qos import QoS
+from .status import GroupStatus
 from .view import View
 
 
@@ -206,6 +207,44 @@ class RmpProcess:
     def view(self, group: str) -> View | None:
         engine = self.engines.get(group)
         return None if engine is None or engine.departed else engine.app_view
+
+    # ------------------------------------------------------------------------------------------------------------
+    # Inspection: what callers may know of the groups, without reading engine state
+
+    def groups(self) -> list[str]:
+        """Groups this process is in (departed ones until they finish) or is joining, sorted."""
+        return sorted(set(self.engines) | set(self.joining))
+
+    def status(self, group: str) -> GroupStatus | None:
+        """A snapshot of ``group`` here, or None when this process holds no membership of it."""
+        engine = self.engines.get(group)
+        return None if engine is None else engine.status()
+
+    def send_backlog(self, group: str) -> int:
+        """Packets of ``group`` accepted and not yet sent (0 when not a member): cheap, for back-pressure."""
+        engine = self.engines.get(group)
+        return 0 if engine is None else len(engine.send_queue)
+
+    def is_leaving(self, group: str) -> bool:
+        """A leave of ``group`` was asked for, or the membership ended and is not yet finished."""
+        engine = self.engines.get(group)
+        return engine is not None and (engine.leaving or engine.departed)
+
+    def counters(self) -> Counter[str]:
+        """This process's counters plus those of every group it is in (counters of groups left are kept)."""
+        total: Counter[str] = Counter(self.stats)
+        for engine in self.engines.values():
+            total.update(engine.stats)
+        return total
+
+    def settled(self) -> bool:
+        """Nothing left to do for others: no join under way, and every group left or departed from a view of one.
+
+        A process that leaves a one-member group whose last New List passed the token to itself waits for a
+        confirmation nobody will send (until ``leave_linger``); there is nobody left to serve, so it counts here."""
+        if self.joining:
+            return False
+        return all(e.departed and (e.finished or e.view.size == 1) for e in self.engines.values())
 
     # ------------------------------------------------------------------------------------------------------------
     # Network and time

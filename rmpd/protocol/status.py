@@ -1,0 +1,42 @@
+"""What a process's group looks like from outside: a snapshot, so nothing outside the engine reads its state."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from .view import View
+
+
+@dataclass(frozen=True, slots=True)
+class GroupStatus:
+    """One group at one process, at the moment it was asked for (``RmpProcess.status``)."""
+
+    group: str
+    view: View
+    """The view the application has seen installed."""
+    leaving: bool
+    """A leave was asked for and is not finished."""
+    departed: bool
+    """Out of the group: its leave was ordered, or a failure it could not repair stopped it."""
+    finished: bool
+    """Departed, and nobody needs anything from it any more (its ``Left`` event was given)."""
+    reforming: bool
+    """A reformation runs or waits to restart: nothing is ordered or delivered meanwhile."""
+    next_seq: int
+    """The sequence number the next reliable message sent will take."""
+    send_queue: int
+    """Packets accepted from the application and not yet sent (the window holds them back)."""
+    in_flight: int
+    """Own packets sent and not yet ordered."""
+    window: int
+    """The send window in bytes."""
+    orderingq_slots: int
+    ack_slots: int
+    """OrderingQ slots held, and how many of them are ACK or New List slots."""
+    packets_held: int
+    """Data packets held (ordered and not yet stable, or not yet ordered)."""
+    started_at: float
+    """The ``now`` at which this membership began."""
+    scmp: dict[str, Any]
+    """The SCMP call filter and the join floor, as ``rmp status`` shows them."""

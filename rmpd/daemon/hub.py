@@ -34,6 +34,7 @@ from rmpd.protocol.ids import view_name
 from rmpd.protocol.limits import BadArgument
 from rmpd.protocol.process import NotMember
 from rmpd.protocol.qos import QoS
+from rmpd.protocol.status import GroupStatus
 
 from . import errors
 from .errors import RequestError
@@ -178,33 +179,28 @@ class Hub:
         groups = []
         for group in self.shell.groups():
             view = self.shell.process.view(group)
+            status = self.shell.process.status(group)
             groups.append({
                 "group": group,
                 "view": str(view.view_id) if view else None,
                 "members": list(view.members) if view else [],
-                "joining": group in self.shell.process.joining,
+                "joining": status is None,  # listed, with no membership yet
                 "persistent": group in self.persistent,
                 "clients": len(self.attached.get(group, ())),
                 "locks": sorted(lock for (g, lock) in self.lock_owner if g == group),
-                "buffers": self._buffers(group),
-                "scmp": self._scmp(group),
+                "buffers": self._buffers(group, status),
+                "scmp": status.scmp if status is not None else {},
             })
         counters = self.shell.counters()
         counters.update({f"hub_{k}": v for k, v in self.stats.items()})
         return {"pid": self.shell.pid, "socket": self.socket_path, "groups": groups,
                 "clients": len(self.sessions), "auth": self.shell.guard.describe(), "counters": counters}
 
-    def _scmp(self, group: str) -> dict[str, Any]:
-        """The group's SCMP filters: lifetime estimate, accepted and rejected counts, upper, latest, join floor."""
-        engine = self.shell.process.engines.get(group)
-        return engine.scmp_status() if engine is not None else {}
-
-    def _buffers(self, group: str) -> dict[str, int]:
+    def _buffers(self, group: str, status: GroupStatus | None) -> dict[str, int]:
         """What the group holds in memory here: OrderingQ slots, data packets, own packets in flight and queued,
         and the bytes queued for its local clients."""
-        engine = self.shell.process.engines.get(group)
-        held = {"orderingq": len(engine.q.slots), "packets": len(engine.data), "in_flight": len(engine.outstanding),
-                "send_queue": len(engine.send_queue)} if engine is not None else {}
+        held = {"orderingq": status.orderingq_slots, "packets": status.packets_held, "in_flight": status.in_flight,
+                "send_queue": status.send_queue} if status is not None else {}
         return {**held, "client_bytes": sum(s.queued_bytes for s in self.attached.get(group, ()))}
 
     def _op_join(self, session: Session, request: Request) -> dict[str, Any] | None:

@@ -169,8 +169,9 @@ class ProcessShell:
         address = group_address(group, self.address_range)
         wanted = max(ttl if ttl is not None else self.default_ttl, self.group_ttl.get(group, 0))
         self.group_ttl[group] = wanted
-        if self.is_member(group) or group in self.process.joining or self.is_leaving(group):
-            return  # a leaving group is joined again once it is left (the owner asks on the Left event)
+        if group in self.process.groups():
+            return  # a member, joining, or leaving: a leaving group is joined again once it is left (the owner asks
+            # on the Left event)
         self._listen(group, address)
         self.process.join(group, trio.current_time(), min_partition=min_partition, ttl=wanted,
                           existing_only=existing_only)
@@ -198,8 +199,7 @@ class ProcessShell:
 
     def has_room(self, group: str) -> bool:
         """May another message be queued for ``group`` without exceeding SEND_BACKLOG?"""
-        engine = self.process.engines.get(group)
-        return engine is None or len(engine.send_queue) < SEND_BACKLOG
+        return self.process.send_backlog(group) < SEND_BACKLOG
 
     async def wait_for_room(self, group: str) -> None:
         """Wait until ``group``'s send backlog is below SEND_BACKLOG (checked after every drain)."""
@@ -243,35 +243,22 @@ class ProcessShell:
         return self.process.view(group) is not None and not self.is_leaving(group)
 
     def is_leaving(self, group: str) -> bool:
-        engine = self.process.engines.get(group)
-        return engine is not None and (engine.leaving or engine.departed)
+        return self.process.is_leaving(group)
 
     def groups(self) -> list[str]:
-        return sorted(set(self.process.engines) | set(self.process.joining))
+        return self.process.groups()
 
     def counters(self) -> dict[str, int]:
         """Shell counters plus the process's and every engine's (malformed, other_view, duplicates, ...)."""
         total: Counter[str] = Counter(self.stats)
-        total.update(self.process.stats)
-        for engine in self.process.engines.values():
-            total.update(engine.stats)
+        total.update(self.process.counters())
         return dict(sorted(total.items()))
 
     async def wait_idle(self) -> None:
         """Wait until this process is in no group and joins none (after leaving them all)."""
-        while not self._settled():
+        while not self.process.settled():
             self._idle = trio.Event()
             await self._idle.wait()
-
-    def _settled(self) -> bool:
-        """Nothing left to do for others: every group left, or departed from a view of one.
-
-        A process that leaves a one-member group whose last New List passed the token to itself waits for a
-        confirmation nobody will send (until ``leave_linger``); there is nobody left to serve, so it counts here.
-        """
-        if self.process.joining:
-            return False
-        return all(e.departed and (e.finished or e.view.size == 1) for e in self.process.engines.values())
 
     # ------------------------------------------------------------------------------------------------------------
     # Drain: the only place outputs leave the process
@@ -299,7 +286,7 @@ class ProcessShell:
         if self._timer_scope is not None and self._timer_scope.deadline != self._deadline:
             # Setting a cancel scope's deadline costs trio more than comparing it: most drains leave it as it was.
             self._timer_scope.deadline = self._deadline
-        if self._settled():
+        if self.process.settled():
             self._idle.set()
         self._room.set()
         for hook in self.after_drain:

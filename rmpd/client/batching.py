@@ -115,6 +115,7 @@ class Poster:
         self._since_yield = 0
 
     def pending(self, group: str) -> int:
+        """Messages posted to ``group`` and not yet accepted or refused."""
         return self._posted.get(group, 0) - self._settled.get(group, 0)
 
     async def post(self, group: str, payload: bytes, qos: QoS, handler: int | None) -> None:

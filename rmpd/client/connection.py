@@ -220,6 +220,9 @@ class Client:
     async def _flush(self, group: str) -> None:
         await self._poster.flush(group)
 
+    def _posts_pending(self, group: str) -> int:
+        return self._poster.pending(group)
+
     async def _members(self, group: str) -> tuple[str, list[str]]:
         reply = await self.request("members", group=group)
         return reply["view"], list(reply["members"])

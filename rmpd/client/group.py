@@ -8,6 +8,7 @@ so programs can switch between talking to the local daemon and being an RMP proc
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
 from typing import Protocol
 
 import trio
@@ -21,7 +22,20 @@ from .queue import EventQueue
 EVENT_BUFFER = 10_000
 
 
+@dataclass(frozen=True, slots=True)
+class GroupStatistics:
+    """What a group holds for the program at one moment (``Group.statistics``), as trio's channels report theirs."""
+
+    events_queued: int
+    """Deliveries and view changes received and not yet read."""
+    posts_pending: int
+    """Messages posted to the group and not yet accepted or refused."""
+    unread_calls_dropped: int
+    """Calls that arrived while EVENT_BUFFER calls for their handler were already waiting to be read."""
+
+
 class Backend(Protocol):
+    def _posts_pending(self, group: str) -> int: ...
     async def _send(self, group: str, payload: bytes, qos: QoS, handler: int | None) -> int: ...
     async def _post(self, group: str, payload: bytes, qos: QoS, handler: int | None) -> None: ...
     async def _flush(self, group: str) -> None: ...
@@ -144,6 +158,10 @@ class Group:
             await self._backend._leave(self.name)
         finally:
             self._end()
+
+    def statistics(self) -> GroupStatistics:
+        """A snapshot of what this group holds unread and unsent; for monitoring, and for tests to assert on."""
+        return GroupStatistics(len(self._events), self._backend._posts_pending(self.name), self.unread_calls_dropped)
 
     def __aiter__(self) -> Group:
         return self

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 from collections import defaultdict, deque
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 
@@ -54,6 +55,14 @@ class _Wait:
         self.error: RmpdError | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class NodeStatistics:
+    """What a node does for its readers at one moment (``Node.statistics``)."""
+
+    groups_held_back: frozenset[str]
+    """Groups whose ring waits (the node refuses the token) because their reader fell EVENT_BUFFER events behind."""
+
+
 class Node:
     """``async with rmpd.Node(interface="lo", port=0) as node: group = await node.join("g")``."""
 
@@ -91,6 +100,10 @@ class Node:
     def pid(self) -> str:
         """This node's process ID (``ip:port``), known once the node runs."""
         return self._require().pid
+
+    def statistics(self) -> NodeStatistics:
+        """A snapshot for monitoring, and for tests to assert on."""
+        return NodeStatistics(frozenset(self._overrun))
 
     async def __aenter__(self) -> Node:
         journal = FlushingJournal(self._journal) if self._journal is not None else None
@@ -240,6 +253,9 @@ class Node:
 
     async def _flush(self, group: str) -> None:
         await self._poster.flush(group)
+
+    def _posts_pending(self, group: str) -> int:
+        return self._poster.pending(group)
 
     async def call(self, group: str, payload: bytes, *, handler: int | None = 0, timeout: float = 5.0,
                    qos: QoS = QoS.TOTAL) -> bytes | None:

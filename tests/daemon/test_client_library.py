@@ -152,11 +152,12 @@ async def test_an_embedded_reader_that_falls_behind_slows_the_group_and_loses_no
 
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(send_all)
-                while len(slow._events) < EVENT_BUFFER:  # nobody reads yet
+                while slow.statistics().events_queued < EVENT_BUFFER:  # nobody reads yet
                     await trio.sleep(0.005)
-                assert "behind" in reader_node._overrun, "the reader is behind: the node holds the ring back"
+                assert "behind" in reader_node.statistics().groups_held_back, \
+                    "the reader is behind: the node holds the ring back"
                 await trio.sleep(0.2)  # still not reading
-                assert len(slow._events) < total, "the ring waited instead of delivering everything"
+                assert slow.statistics().events_queued < total, "the ring waited instead of delivering everything"
                 got = []
                 async for event in slow:
                     if isinstance(event, rmpd.Delivery):
@@ -164,7 +165,7 @@ async def test_an_embedded_reader_that_falls_behind_slows_the_group_and_loses_no
                         if len(got) == total:
                             break
             assert got == list(range(total))
-            assert "behind" not in reader_node._overrun
+            assert "behind" not in reader_node.statistics().groups_held_back
 
 
 async def post_and_read(group: rmpd.Group, count: int) -> tuple[list[rmpd.Delivery], int]:
@@ -176,7 +177,7 @@ async def post_and_read(group: rmpd.Group, count: int) -> tuple[list[rmpd.Delive
         nursery.start_soon(read_deliveries, group, count, got)
         for n in range(count):
             await group.post(n.to_bytes(4, "big") + b"." * 100)
-            most_unaccepted = max(most_unaccepted, group._backend._poster._unaccepted)
+            most_unaccepted = max(most_unaccepted, group.statistics().posts_pending)
         await group.flush()
     return got, most_unaccepted
 
@@ -211,7 +212,7 @@ async def test_posts_through_the_daemon_keep_their_order_and_a_refusal_is_raised
             assert refused.value.code == "bad-request"
             await group.flush()  # raised once
             await group.post(b"h", handler=9)
-            while client._poster.pending(group.name):
+            while group.statistics().posts_pending:
                 await trio.sleep(0.001)
             with pytest.raises(rmpd.RmpdError, match="handler"):  # by the next send, though nothing is pending
                 await group.send(b"next")
@@ -428,7 +429,7 @@ async def test_leaving_a_group_nobody_read_returns_and_the_connection_goes_on(da
                 nursery.start_soon(drain)
                 for i in range(EVENT_BUFFER + 2000):
                     await busy.post(b"%d" % i)
-                while len(unread._events) < EVENT_BUFFER:  # the reader task now waits for room
+                while unread.statistics().events_queued < EVENT_BUFFER:  # the reader task now waits for room
                     await trio.sleep(0.01)
                 await unread.leave()
                 await busy.leave()

@@ -28,8 +28,10 @@ from ..protocol.limits import MessageTooLarge
 from ..protocol.process import NotMember, RmpProcess
 from ..protocol.qos import Level, QoS
 from ..protocol.reformation import MIN_PARTITION_MAJORITY
+from ..protocol.status import GroupStatus
 from ..protocol.view import View
 from .checker import InvariantChecker, SentMessage
+from .detection import CrashDetections
 from .network import EventQueue, LinkFaults, SimNetwork
 
 QOS_CHOICES = ("unreliable", "unordered", "source", "total", "k2", "k3", "majority", "safe", "mixed")
@@ -139,13 +141,19 @@ class SeedResult:
         return asdict(self)
 
 
+Membership = tuple[str, float]
+"""One membership of the simulated group: the process ID and the ``now`` it began (``GroupStatus.started_at``).
+A process that rejoins after a partition stopped it keeps its ID but begins a new membership."""
+
+
 @dataclass
 class Sent:
-    """A message an application handed to its process, and which engine took it."""
+    """A message an application handed to its process, and the membership that took it: only messages of a
+    membership still running at the end are owed to the survivors."""
 
     src: str
     seq: int
-    engine: int
+    membership: Membership
     at: float
 
 
@@ -182,9 +190,7 @@ class Simulation:
         self.engine_config = EngineConfig(**{**asdict(base), "journal": True})
         self.procs: list[RmpProcess | None] = [None] * total
         self.incarnation = [0] * total
-        self.crashed_at: dict[str, tuple[float, set[str]]] = {}
-        """Crashed process ID -> (when, its fellow members then that have not yet removed it nor stopped)."""
-        self.detections: list[float] = []
+        self.crashes = CrashDetections()
         self.side: list[int] = [0] * total
         self.partitioned = False
         self.timer_at: list[float | None] = [None] * total
@@ -314,8 +320,8 @@ class Simulation:
             self.timer_version[i] += 1
             pid = self.pids[i]
             fellows = {p.pid for p in self.procs if p is not None and pid in (p.view(GROUP) or ())}
-            self._no_longer_fellow(pid)
-            self.crashed_at[pid] = (now, fellows)
+            self.crashes.no_longer_fellow(pid)
+            self.crashes.crashed(pid, now, fellows)
         elif (kind == "restart" and self.procs[i] is None) or (kind == "join" and self.procs[i] is None):
             self._spawn(i).join(GROUP, now, min_partition=self.min_partition)
             self._drain(i)
@@ -410,7 +416,7 @@ class Simulation:
 
     def _rejoin(self, i: int) -> None:
         proc = self.procs[i]
-        if proc is not None and proc.view(GROUP) is None and GROUP not in proc.joining:
+        if proc is not None and proc.view(GROUP) is None and not self._joining(proc):
             proc.join(GROUP, self.queue.now, min_partition=self.min_partition)
             self._drain(i)
 
@@ -420,18 +426,19 @@ class Simulation:
         qos = rng.choice(MIXED) if cfg.qos == "mixed" else QoS.parse(cfg.qos)
         payload = rng.randbytes(cfg.size)
         proc = self.procs[i]
-        engine = proc.engines.get(GROUP) if proc is not None else None
-        if engine is not None and not engine.departed and not engine.leaving and not engine.frozen:
-            self._send_one(i, engine, qos, payload)
+        status = proc.status(GROUP) if proc is not None else None
+        if status is not None and not status.departed and not status.leaving and not status.reforming:
+            self._send_one(i, status, qos, payload)
         self.to_send[i] -= 1
         if self.to_send[i] > 0:
             self.queue.push(self.queue.now + rng.expovariate(1 / self.send_interval), "send", i)
 
-    def _send_one(self, i: int, engine: GroupEngine, qos: QoS, payload: bytes) -> None:
-        """Hand one message to process ``i`` and tell the checker what it will have to deliver."""
+    def _send_one(self, i: int, status: GroupStatus, qos: QoS, payload: bytes) -> None:
+        """Hand one message to process ``i`` (whose membership ``status`` describes) and tell the checker what it
+        will have to deliver."""
         proc = self.procs[i]
         assert proc is not None
-        first = engine.next_seq
+        first = status.next_seq
         try:
             seq = proc.send(GROUP, payload, qos, self.queue.now)
         except MessageTooLarge:  # unreliable messages must fit one packet: --size says more
@@ -445,7 +452,7 @@ class Simulation:
                 self.checker.on_send(SentMessage(proc.pid, piece, qos, ()))
         self.checker.on_send(SentMessage(proc.pid, seq, qos, payload))
         if qos.level != Level.UNRELIABLE:  # one entry per message: packed ones share their packet's seq
-            self.sent.append(Sent(proc.pid, seq, id(engine), self.queue.now))
+            self.sent.append(Sent(proc.pid, seq, (proc.pid, status.started_at), self.queue.now))
         self._drain(i)
 
     def _drain(self, i: int) -> None:
@@ -468,7 +475,8 @@ class Simulation:
                 payloads = next(deliveries).payloads if rec.get("parts", 1) else ()
             self.checker.on_record(node, rec, payloads)
             if rec["event"] == "view":
-                self._on_view(node, rec)
+                self.views.add(rec["view"])
+                self.crashes.view_installed(node, set(rec["members"]), self.queue.now)
             elif rec["event"] == "recovery" and rec.get("role") == "commit":
                 self.recoveries.add(rec["view"] + "/" + str(rec.get("version")))
         if self.writer is not None and records:
@@ -478,16 +486,16 @@ class Simulation:
         for event in events:
             if isinstance(event, Left):
                 self.checker.forget_views(node)  # whatever this process joins next is a new membership
-                self._no_longer_fellow(node)
+                self.crashes.no_longer_fellow(node)
                 self.departures.append((self.queue.now, node, event.reason))
             if isinstance(event, Left) and event.reason != "left":
                 # A minority partition stopped: come back as a new member once the partition heals.
                 self.rejoin_pending.add(i)
                 if not self.partitioned:
                     self.queue.push(self.queue.now + 0.5, "heal", None)
-        engine = proc.engines.get(GROUP)
-        if engine is not None and engine.q.ack_slots > self.max_ack_slots:
-            self.max_ack_slots = engine.q.ack_slots
+        status = proc.status(GROUP)
+        if status is not None and status.ack_slots > self.max_ack_slots:
+            self.max_ack_slots = status.ack_slots
         deadline = proc.get_timer()
         if deadline != self.timer_at[i]:
             self.timer_at[i] = deadline
@@ -504,18 +512,10 @@ class Simulation:
             else:
                 self.network.unicast(i, self.index[tx.dest], tx.data)
 
-    def _no_longer_fellow(self, node: str) -> None:
-        """``node`` crashed or left: no view it installs from now on can time an earlier crash."""
-        for _, fellows in self.crashed_at.values():
-            fellows.discard(node)
-
-    def _on_view(self, node: str, rec: dict[str, Any]) -> None:
-        self.views.add(rec["view"])
-        members = set(rec["members"])
-        for pid, (at, fellows) in list(self.crashed_at.items()):
-            if pid not in members and node in fellows:
-                self.detections.append(self.queue.now - at)
-                del self.crashed_at[pid]
+    @staticmethod
+    def _joining(proc: RmpProcess) -> bool:
+        """``proc`` is joining the group: it lists the group and holds no membership of it yet."""
+        return GROUP in proc.groups() and proc.status(GROUP) is None
 
     # --------------------------------------------------------------------------------------------------------------
 
@@ -524,9 +524,7 @@ class Simulation:
         stats: Counter[str] = Counter()
         for proc in self.procs:
             if proc is not None:
-                stats.update(proc.stats)
-                for engine in proc.engines.values():
-                    stats.update(engine.stats)
+                stats.update(proc.counters())
         stats["network_lost"] = self.network.lost
         stats["network_duplicated"] = self.network.duplicated
         return SeedResult(
@@ -541,9 +539,9 @@ class Simulation:
             datagrams=self.network.sent,
             views_installed=len(self.views),
             reformations=len(self.recoveries),
-            detection_seconds=round(max(self.detections, default=0.0), 3),
-            detections=[round(d, 3) for d in self.detections],
-            crashes_untimed=len(self.crashed_at),
+            detection_seconds=round(max(self.crashes.detections, default=0.0), 3),
+            detections=[round(d, 3) for d in self.crashes.detections],
+            crashes_untimed=self.crashes.untimed,
             stats=dict(stats),
             max_ack_slots=self.max_ack_slots,
             calls=self.config.calls,
@@ -554,39 +552,30 @@ class Simulation:
     def _liveness(self) -> tuple[int, int]:
         """Deliveries owed and made among the members of the surviving view (the view most live processes hold).
 
-        Member m owes delivery of every reliable message sent by a member s of that view, from the engine s still
-        runs, after m's engine started.
+        Member m owes delivery of every reliable message sent by a member s of that view in the membership s
+        still runs, after m's membership began.
         """
-        engines: dict[str, GroupEngine] = {}
+        members: dict[str, GroupStatus] = {}
         holders: Counter[str] = Counter()
         for i, proc in enumerate(self.procs):
-            engine = proc.engines.get(GROUP) if proc is not None else None
-            if engine is not None and not engine.departed:
-                engines[self._node(i)] = engine
-                holders[str(engine.app_view.view_id)] += 1
+            status = proc.status(GROUP) if proc is not None else None
+            if status is not None and not status.departed:
+                members[self._node(i)] = status
+                holders[str(status.view.view_id)] += 1
         if not holders:
             return 0, 0
-        survivors = {node: e for node, e in engines.items() if str(e.app_view.view_id) == holders.most_common(1)[0][0]}
-        current = {e.pid: id(e) for e in survivors.values()}
-        started = {node: self._started.get(id(e), 0.0) for node, e in survivors.items()}
-        owed = [m for m in self.sent if current.get(m.src) == m.engine]
+        surviving_view = holders.most_common(1)[0][0]
+        survivors = {node: s for node, s in members.items() if str(s.view.view_id) == surviving_view}
+        current: dict[str, Membership] = {node: (node, s.started_at) for node, s in survivors.items()}
+        owed = [m for m in self.sent if current.get(m.src) == m.membership]
         expected = delivered = 0
-        for node, _engine in survivors.items():
+        for node, status in survivors.items():
             got = self.checker.delivered[node]
             for m in owed:
-                if m.at > started[node]:
+                if m.at > status.started_at:
                     expected += 1
                     delivered += (m.src, m.seq) in got
         return delivered, expected
-
-    @property
-    def _started(self) -> dict[int, float]:
-        out: dict[int, float] = {}
-        for proc in self.procs:
-            if proc is not None:
-                for engine in proc.engines.values():
-                    out[id(engine)] = engine.started_at
-        return out
 
 
 def run_seed(config: SimConfig, seed: int, journal_dir: Path | None = None,

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from rmpd.sim.runner import QOS_CHOICES, SimConfig, Simulation, run_seed
+from rmpd.sim.detection import CrashDetections
+from rmpd.sim.runner import QOS_CHOICES, SimConfig, run_seed
 
 REQUIRED_FIELDS = {"v", "node", "group", "event", "view", "ts", "src", "seq", "qos", "wall", "mono"}
 
@@ -91,15 +92,17 @@ def test_detection_counts_only_views_of_the_crashed_members_fellows() -> None:
     held the crashed process) and in 17 s (the crashed process's own restart forming a new group).  Only a view
     installed by a process whose view held the crashed one counts; crashes whose fellows all stopped first are
     counted apart, not timed."""
-    sim = Simulation(SimConfig(members=3, messages=0), seed=1)
+    crashes = CrashDetections()
     crashed, fellow, stranger = "10.0.0.1:7000", "10.0.0.2:7000", "10.0.0.9:7000"
-    sim.crashed_at[crashed] = (0.0, {fellow})
-    sim.queue.now = 0.5
-    sim._on_view(stranger, {"view": "v-stranger", "members": [stranger]})
-    assert sim.detections == []
-    sim.queue.now = 4.5
-    sim._on_view(fellow, {"view": "v-fellow", "members": [fellow]})
-    assert sim.detections == [4.5] and crashed not in sim.crashed_at
+    crashes.crashed(crashed, 0.0, {fellow})
+    crashes.view_installed(stranger, {stranger}, at=0.5)
+    assert crashes.detections == [] and crashes.untimed == 1
+    crashes.view_installed(fellow, {fellow}, at=4.5)
+    assert crashes.detections == [4.5] and crashes.untimed == 0
+    crashes.crashed(fellow, 5.0, {stranger})
+    crashes.no_longer_fellow(stranger)
+    crashes.view_installed(stranger, {stranger}, at=6.0)
+    assert crashes.detections == [4.5] and crashes.untimed == 1, "a fellow that stopped times nothing"
     config = SimConfig(members=7, senders=4, messages=200, loss=0.1, crash=2, partition=True, joins=2, leaves=1,
                        locks=True, qos="mixed")
     for seed in (8, 14, 41):

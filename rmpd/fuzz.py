@@ -29,9 +29,7 @@ import msgpack
 import trio
 import trio.testing
 
-from rmpd.daemon.errors import RequestError
-from rmpd.daemon.frames import HEADER, FrameError, FrameReader, encode_frame
-from rmpd.daemon.requests import parse_request
+from rmpd.localapi import HEADER, FrameError, FrameReader, RequestError, encode_frame, parse_request
 from rmpd.protocol.ids import ViewId
 from rmpd.protocol.packets import (
     Ack,

@@ -1,17 +1,88 @@
-"""The local API's framing: a 4-byte big-endian length, then one msgpack map.
+"""The local API: everything the daemon and its clients must agree on, in one module both import.
 
-Both the daemon and the client library use this module, so the two ends cannot disagree about the format.  Bytes
-from the other end are untrusted: anything that is not a well-formed frame surfaces as :class:`FrameError` only,
-with the code the daemon sends back in its structured error.
+A frame is a 4-byte big-endian length, then one msgpack map.  A client sends requests (``op``, ``id`` and the
+fields of :data:`OPS`); the daemon answers each with ``{"id", "ok": True, ...}`` or a structured error
+``{"id", "error": code, "message"}`` (the codes below), and pushes events (``{"event": kind, "group", ...}``) in
+the order its process produced them.  A group's deliveries travel as :class:`DeliveryRun` s, one per packet
+delivered.  Bytes from the other end are untrusted: anything that is not a well-formed frame or request surfaces as
+:class:`FrameError` or :class:`RequestError` only, with the code the daemon sends back.
 """
 
 from __future__ import annotations
 
+import os
 import struct
-from typing import Any
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, NamedTuple
 
 import msgpack
 import trio
+
+from rmpd.protocol.limits import BadArgument, check_handler, check_lock
+from rmpd.protocol.qos import QoS
+
+# ----------------------------------------------------------------------------------------------------------------
+# Where the daemon listens
+
+SYSTEM_SOCKET = Path("/run/rmpd/rmpd.sock")
+"""Where the systemd unit (RuntimeDirectory=rmpd) puts the socket; clients look there last."""
+
+
+def default_socket_path() -> Path:
+    """$XDG_RUNTIME_DIR/rmpd.sock, else /tmp/rmpd-<uid>.sock: a place the user can write without privileges."""
+    runtime = os.environ.get("XDG_RUNTIME_DIR")
+    if runtime:
+        return Path(runtime) / "rmpd.sock"
+    return Path("/tmp") / f"rmpd-{os.getuid()}.sock"
+
+
+def client_socket_path() -> Path:
+    """The socket a client uses with no explicit path: $RMPD_SOCKET, the per-user default, or the system one."""
+    env = os.environ.get("RMPD_SOCKET")
+    if env:
+        return Path(env)
+    path = default_socket_path()
+    if not path.exists() and SYSTEM_SOCKET.exists():
+        return SYSTEM_SOCKET
+    return path
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Error codes: every refused request is answered ``{"error": code, "message": text}``
+
+BAD_FRAME = "bad-frame"
+FRAME_TOO_LARGE = "frame-too-large"
+BAD_REQUEST = "bad-request"
+UNKNOWN_OP = "unknown-op"
+NOT_MEMBER = "not-member"
+NOT_JOINED = "not-joined"
+JOIN_FAILED = "join-failed"
+SEND_REFUSED = "send-refused"
+MESSAGE_TOO_LARGE = "message-too-large"
+LOCK_HELD = "lock-held"
+NOT_OWNER = "not-owner"
+LOCK_DENIED = "lock-denied"
+LEFT = "left"
+SLOW_CONSUMER = "slow-consumer"
+SHUTTING_DOWN = "shutting-down"
+INTERNAL = "internal"
+CALL_PREFIX = "call-"
+"""A failed call: ``call-`` plus the code of rmpd.protocol.calls.CALL_ERRORS (call-timeout, call-unknown, ...)."""
+STALE_CALL = "stale-call"
+
+
+class RequestError(Exception):
+    """A request the daemon refuses; becomes one structured error reply."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Frames
 
 HEADER = struct.Struct(">I")
 DEFAULT_MAX_FRAME = 17 * 1024 * 1024
@@ -38,11 +109,11 @@ def decode_body_untrusted(body: bytes | bytearray) -> dict[str, Any]:
     try:
         obj = msgpack.unpackb(body, raw=False, strict_map_key=True)
     except Exception as exc:  # msgpack raises many types for hostile input; all mean the same here
-        raise FrameError("bad-frame", f"frame is not valid msgpack ({type(exc).__name__})") from None
+        raise FrameError(BAD_FRAME, f"frame is not valid msgpack ({type(exc).__name__})") from None
     if not isinstance(obj, dict):
-        raise FrameError("bad-frame", f"a frame must be a map, got {type(obj).__name__}")
+        raise FrameError(BAD_FRAME, f"a frame must be a map, got {type(obj).__name__}")
     if not all(isinstance(k, str) for k in obj):
-        raise FrameError("bad-frame", "frame keys must be strings")
+        raise FrameError(BAD_FRAME, "frame keys must be strings")
     return obj
 
 
@@ -66,14 +137,215 @@ class FrameReader:
         """The next frame, None at a clean end of stream; FrameError for a bad one."""
         if not await self._fill(HEADER.size):
             if self._buffer:
-                raise FrameError("bad-frame", "stream ended inside a frame header", fatal=True)
+                raise FrameError(BAD_FRAME, "stream ended inside a frame header", fatal=True)
             return None
         (length,) = HEADER.unpack_from(self._buffer)
         if length > self.max_frame:
-            raise FrameError("frame-too-large", f"frame of {length} bytes exceeds the limit of {self.max_frame}",
+            raise FrameError(FRAME_TOO_LARGE, f"frame of {length} bytes exceeds the limit of {self.max_frame}",
                              fatal=True)
         if not await self._fill(HEADER.size + length):
-            raise FrameError("bad-frame", "stream ended inside a frame", fatal=True)
+            raise FrameError(BAD_FRAME, "stream ended inside a frame", fatal=True)
         body = self._buffer[HEADER.size:HEADER.size + length]  # one copy; msgpack reads a bytearray as well
         del self._buffer[:HEADER.size + length]
         return decode_body_untrusted(body)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Requests: one table of operations and the fields each takes, checked once here so the daemon's handlers
+# only ever see a well-formed Request
+
+MAX_GROUP_NAME = 255
+MAX_BATCH = 4096
+"""Messages one send_batch request may carry."""
+MAX_CALL_TIMEOUT = 3600.0
+
+
+@dataclass
+class Request:
+    op: str
+    id: Any = None
+    group: str = ""
+    payload: bytes = b""
+    payloads: list[bytes] | None = None
+    qos: QoS = QoS.TOTAL
+    handler: int | None = None
+    lock: int = 0
+    ttl: int | None = None
+    min_partition: int | None = None
+    persist: bool = False
+    existing_only: bool = False
+    timeout: float = 5.0
+    caller: str = ""
+    conn: int = 0
+    stamp: int = 0
+
+
+# op -> (required fields, optional fields)
+OPS: dict[str, tuple[set[str], set[str]]] = {
+    "hello": (set(), set()),
+    "status": (set(), set()),
+    "join": ({"group"}, {"ttl", "min_partition", "persist", "existing_only"}),
+    "leave": ({"group"}, {"persist"}),
+    "send": ({"group", "payload"}, {"qos", "handler"}),
+    "send_batch": ({"group", "payloads"}, {"qos", "handler"}),
+    "members": ({"group"}, set()),
+    "lock": ({"group", "lock"}, {"persist"}),
+    "unlock": ({"group", "lock"}, {"persist"}),
+    "call": ({"group", "payload"}, {"handler", "timeout", "qos"}),
+    "reply": ({"group", "caller", "conn", "stamp", "payload"}, set()),
+}
+
+FIELD_TYPES: dict[str, tuple[type, ...]] = {
+    "group": (str,), "payload": (bytes,), "payloads": (list,), "qos": (str,), "handler": (int, type(None)),
+    "lock": (int,), "ttl": (int, type(None)), "min_partition": (int, type(None)), "persist": (bool,),
+    "existing_only": (bool,), "timeout": (int, float), "caller": (str,), "conn": (int,), "stamp": (int,),
+}
+
+
+def parse_request(frame: dict[str, Any]) -> Request:
+    rid = frame.get("id")
+    if rid is not None and (not isinstance(rid, int | str) or isinstance(rid, bool)):
+        raise RequestError(BAD_REQUEST, "id must be an integer or a string")
+    op = frame.get("op")
+    if not isinstance(op, str):
+        raise RequestError(BAD_REQUEST, "every request needs an 'op' string")
+    if op not in OPS:
+        raise RequestError(UNKNOWN_OP, f"unknown op {op[:64]!r}; known: {', '.join(sorted(OPS))}")
+    required, optional = OPS[op]
+    fields = set(frame) - {"op", "id"}
+    missing = required - fields
+    if missing:
+        raise RequestError(BAD_REQUEST, f"{op} needs {', '.join(sorted(missing))}")
+    extra = fields - required - optional
+    if extra:
+        raise RequestError(BAD_REQUEST, f"{op} does not take {', '.join(sorted(extra))}")
+    values: dict[str, Any] = {}
+    for name in fields:
+        value = frame[name]
+        types = FIELD_TYPES[name]
+        if not isinstance(value, types) or (isinstance(value, bool) and bool not in types):
+            raise RequestError(BAD_REQUEST, f"{name} must be {' or '.join(t.__name__ for t in types)}, "
+                                                   f"got {type(value).__name__}")
+        values[name] = value
+    if "group" in values and not 0 < len(values["group"]) <= MAX_GROUP_NAME:
+        raise RequestError(BAD_REQUEST, f"group name must be 1..{MAX_GROUP_NAME} characters")
+    if "qos" in values:
+        try:
+            values["qos"] = QoS.parse(values["qos"])
+        except ValueError as exc:
+            raise RequestError(BAD_REQUEST, str(exc)) from None
+    if "payloads" in values:
+        payloads = values["payloads"]
+        if not 0 < len(payloads) <= MAX_BATCH or not all(type(p) is bytes for p in payloads):
+            raise RequestError(BAD_REQUEST, f"payloads must be a list of 1..{MAX_BATCH} byte strings")
+    if values.get("ttl") is not None and not 0 <= values["ttl"] <= 255:
+        raise RequestError(BAD_REQUEST, "ttl must be 0..255")
+    if values.get("min_partition") is not None and values["min_partition"] < 1:
+        raise RequestError(BAD_REQUEST, "min_partition must be at least 1")
+    if op == "call" and "handler" not in values:
+        values["handler"] = 0  # a call goes to handler 0 unless it names another (or None: no handler)
+    if "timeout" in values and not 0 < values["timeout"] <= MAX_CALL_TIMEOUT:
+        raise RequestError(BAD_REQUEST, f"timeout must be in (0, {MAX_CALL_TIMEOUT}] seconds")
+    try:
+        check_handler(values.get("handler"))
+        if "lock" in values:
+            check_lock(values["lock"])
+    except BadArgument as exc:
+        raise RequestError(BAD_REQUEST, str(exc)) from None
+    for name in ("conn", "stamp"):
+        if name in values and values[name] < 0:
+            raise RequestError(BAD_REQUEST, f"{name} must be non-negative")
+    return Request(op=op, id=rid, **values)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Pushed events
+
+EVENT_DELIVERIES = "deliveries"
+EVENT_VIEW = "view"
+EVENT_LEFT = "left"
+EVENT_REQUEST = "request"
+
+
+class DeliveryRun(NamedTuple):
+    """One delivered packet's messages as a ``deliveries`` event carries them: the packet's fields once, then its
+    payloads, so a packet of many small messages costs its identity once on the wire.  On the wire it is a msgpack
+    array of these eight fields in this order."""
+
+    source: str
+    """Sender's process ID (``ip:port``)."""
+    seq: int
+    qos: str
+    """The QoS level's name (:meth:`QoS.name`)."""
+    timestamp: int | None
+    view: str
+    """Membership view ID, ``creator-ip:port/counter``."""
+    handler: int | None
+    first: int
+    """Index of the first payload within its packet (0: the whole packet)."""
+    payloads: list[bytes]
+
+
+def decode_runs_untrusted(runs: Any) -> list[DeliveryRun]:
+    """A ``deliveries`` event's runs, or FrameError when they are not a list of runs of eight fields."""
+    make = DeliveryRun._make
+    try:
+        return [make(run) for run in runs]
+    except TypeError:  # not a list, a run not an array, or an array of another length
+        raise FrameError(BAD_FRAME, "deliveries must be a list of runs of eight fields") from None
+
+
+def deliveries_event(group: str, runs: list[DeliveryRun]) -> dict[str, Any]:
+    return {"event": EVENT_DELIVERIES, "group": group, "runs": runs}
+
+
+def view_event(group: str, view: str, members: list[str], ts: int | None) -> dict[str, Any]:
+    return {"event": EVENT_VIEW, "group": group, "view": view, "members": members, "ts": ts}
+
+
+def left_event(group: str, reason: str) -> dict[str, Any]:
+    return {"event": EVENT_LEFT, "group": group, "reason": reason}
+
+
+def call_request_event(group: str, caller: str, conn: int, stamp: int, handler: int, payload: bytes,
+                       view: str) -> dict[str, Any]:
+    return {"event": EVENT_REQUEST, "group": group, "caller": caller, "conn": conn, "stamp": stamp,
+            "handler": handler, "payload": payload, "view": view}
+
+
+_QOS_BY_NAME: dict[str, QoS] = {}
+_NAMES_OF_QOS: dict[QoS, str] = {}
+MAX_REMEMBERED_QOS = 256
+"""QoS levels whose names are kept: a group uses only a few, and a hostile daemon must not grow the cache."""
+
+
+def qos_name(qos: QoS) -> str:
+    """QoS.name(), remembered: every delivery run names its QoS."""
+    name = _NAMES_OF_QOS.get(qos)
+    if name is None:
+        name = qos.name()
+        if len(_NAMES_OF_QOS) < MAX_REMEMBERED_QOS:
+            _NAMES_OF_QOS[qos] = name
+    return name
+
+
+def qos_of(name: str) -> QoS:
+    """QoS.parse, remembered; ValueError for a name that is no QoS."""
+    qos = _QOS_BY_NAME.get(name)
+    if qos is None:
+        qos = QoS.parse(name)
+        if len(_QOS_BY_NAME) < MAX_REMEMBERED_QOS:
+            _QOS_BY_NAME[name] = qos
+    return qos
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Replies
+
+
+def ok_reply(rid: Any, fields: dict[str, Any]) -> dict[str, Any]:
+    return {"id": rid, "ok": True, **fields}
+
+
+def error_reply(rid: Any, code: str, message: str) -> dict[str, Any]:
+    return {"id": rid, "error": code, "message": message}

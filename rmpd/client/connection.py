@@ -15,8 +15,8 @@ from typing import Any
 
 import trio
 
-from rmpd.daemon.config import client_socket_path
-from rmpd.daemon.frames import DEFAULT_MAX_FRAME, FrameError, FrameReader, encode_frame
+from rmpd import localapi
+from rmpd.localapi import DEFAULT_MAX_FRAME, FrameError, FrameReader, client_socket_path, encode_frame, qos_of
 from rmpd.protocol.config import EngineConfig
 from rmpd.protocol.limits import MessageTooLarge, check_message_size
 from rmpd.protocol.qos import QoS
@@ -33,19 +33,6 @@ class _Pending:
     def __init__(self) -> None:
         self.done = trio.Event()
         self.reply: dict[str, Any] | None = None
-
-
-_QOS_NAMES: dict[str, QoS] = {}
-
-
-def _qos_of(name: str) -> QoS:
-    """QoS.parse, remembered: every delivery names its QoS, and a group uses only a few."""
-    qos = _QOS_NAMES.get(name)
-    if qos is None:
-        qos = QoS.parse(name)
-        if len(_QOS_NAMES) < 256:
-            _QOS_NAMES[name] = qos
-    return qos
 
 
 FRAME_ROOM = DEFAULT_MAX_FRAME - 64 * 1024
@@ -274,21 +261,22 @@ class Client:
         if group is None:
             return
         kind = frame["event"]
-        if kind == "deliveries":
+        if kind == localapi.EVENT_DELIVERIES:
             name = group.name
             make = make_delivery
             deliveries: list[Delivery] = []
-            for src, seq, qos_name, ts, view, handler, first, payloads in frame["runs"]:
-                qos = _qos_of(qos_name)
-                deliveries += [make(payload, src, seq, qos, ts, view, name, handler, index)
-                               for index, payload in enumerate(payloads, first)]
+            for run in localapi.decode_runs_untrusted(frame["runs"]):
+                source, seq, qos, ts, view, handler = (run.source, run.seq, qos_of(run.qos), run.timestamp,
+                                                       run.view, run.handler)
+                deliveries += [make(payload, source, seq, qos, ts, view, name, handler, index)
+                               for index, payload in enumerate(run.payloads, run.first)]
             await group._feed_deliveries(deliveries)
-        elif kind == "view":
+        elif kind == localapi.EVENT_VIEW:
             await group._feed_wait(ViewChange(frame["view"], tuple(frame["members"]), group.name))
-        elif kind == "request":
+        elif kind == localapi.EVENT_REQUEST:
             group._feed_call(CallRequest(frame["payload"], frame["caller"], frame["conn"], frame["stamp"],
                                          frame["handler"], group.name, frame["view"], self._reply))
-        elif kind == "left":
+        elif kind == localapi.EVENT_LEFT:
             self._groups.pop(group.name, None)
             group._end(RmpdError("left", f"left {group.name!r}: {frame.get('reason', '')}"))
 

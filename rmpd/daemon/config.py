@@ -20,16 +20,14 @@ from typing import Any
 
 import netifaces
 
+from rmpd.localapi import DEFAULT_MAX_FRAME, default_socket_path
 from rmpd.protocol.config import EngineConfig
 from rmpd.protocol.multirpc import ScmpSettings
 from rmpd.protocol.naming import DEFAULT_RANGE
 
 from .auth import AuthKeyError, DatagramGuard, load_key_file
-from .frames import DEFAULT_MAX_FRAME
 
 DEFAULT_PORT = 7000
-SYSTEM_SOCKET = Path("/run/rmpd/rmpd.sock")
-"""Where the systemd unit (RuntimeDirectory=rmpd) puts the socket; clients look there last."""
 
 TOP_KEYS = {"interface", "bind", "port", "socket", "journal", "journal_compress", "journal_rotate_bytes",
             "log_level", "address_range", "ttl", "multicast", "socket_mode", "socket_group", "runtime_dir_mode",
@@ -128,25 +126,6 @@ class DaemonConfig:
 
     def socket_path(self) -> Path:
         return self.socket if self.socket is not None else default_socket_path()
-
-
-def default_socket_path() -> Path:
-    """$XDG_RUNTIME_DIR/rmpd.sock, else /tmp/rmpd-<uid>.sock: a place the user can write without privileges."""
-    runtime = os.environ.get("XDG_RUNTIME_DIR")
-    if runtime:
-        return Path(runtime) / "rmpd.sock"
-    return Path("/tmp") / f"rmpd-{os.getuid()}.sock"
-
-
-def client_socket_path() -> Path:
-    """The socket a client uses with no explicit path: $RMPD_SOCKET, the per-user default, or the system one."""
-    env = os.environ.get("RMPD_SOCKET")
-    if env:
-        return Path(env)
-    path = default_socket_path()
-    if not path.exists() and SYSTEM_SOCKET.exists():
-        return SYSTEM_SOCKET
-    return path
 
 
 def loopback_interface() -> str:

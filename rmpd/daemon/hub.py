@@ -19,6 +19,8 @@ from typing import Any
 
 import trio
 
+from rmpd import localapi
+from rmpd.localapi import DeliveryRun, Request, RequestError, encode_frame, parse_request, qos_name
 from rmpd.protocol.events import (
     CallAnswered,
     CallRequest,
@@ -33,13 +35,8 @@ from rmpd.protocol.events import (
 from rmpd.protocol.ids import view_name
 from rmpd.protocol.limits import BadArgument
 from rmpd.protocol.process import NotMember
-from rmpd.protocol.qos import QoS
 from rmpd.protocol.status import GroupStatus
 
-from . import errors
-from .errors import RequestError
-from .frames import encode_frame
-from .requests import Request, parse_request
 from .session import Session
 from .shell import ProcessShell
 
@@ -59,10 +56,6 @@ buffers for a client is bounded in bytes, not only in frames of any size."""
 OVERRUN_GRACE = 1.0
 """Seconds a group may hold the token back for a local client that is behind before that client is cut off; well
 under the time the ring takes to declare a silent token site failed (ten doubling retries)."""
-
-_QOS_NAMES = {qos: qos.name() for qos in (QoS.UNRELIABLE, QoS.UNORDERED, QoS.SOURCE, QoS.TOTAL, QoS.MAJORITY,
-                                         QoS.SAFE)}
-"""Names of the QoS levels without K, as every delivery frame spells them."""
 
 DELIVERY_FRAME_BYTES = 4 * 1024 * 1024
 """Payload bytes gathered into one deliveries frame before another is started."""
@@ -86,9 +79,8 @@ class Hub:
         """Calls to groups made for local clients, by call ID, answered from CallAnswered events."""
         self.stats: dict[str, int] = defaultdict(int)
         shell.on_event = self.on_event
-        self.deliveries: dict[str, list[tuple[Any, ...]]] = defaultdict(list)
-        """Deliveries of the current drain per group, not yet pushed to clients, as runs: (src, seq, qos, ts, view,
-        handler, first index (0), payloads), one per packet delivered."""
+        self.deliveries: dict[str, list[DeliveryRun]] = defaultdict(list)
+        """Deliveries of the current drain per group, not yet pushed to clients, one run per packet delivered."""
         shell.after_drain.append(self._send_deliveries)
         shell.after_drain.append(self._answer_delayed_sends)
         shell.after_drain.append(self._check_overrun)
@@ -148,27 +140,27 @@ class Hub:
         try:
             request = parse_request(frame)
             if self.shutting_down:
-                raise RequestError(errors.SHUTTING_DOWN, "the daemon is shutting down")
+                raise RequestError(localapi.SHUTTING_DOWN, "the daemon is shutting down")
             result = getattr(self, f"_op_{request.op}")(session, request)
         except RequestError as exc:
             self.stats["requests_refused"] += 1
-            session.push({"id": rid, "error": exc.code, "message": exc.message})
+            session.push(localapi.error_reply(rid, exc.code, exc.message))
             return
         except BadArgument as exc:  # the engine's own checks: bad-request or message-too-large
             self.stats["requests_refused"] += 1
-            session.push({"id": rid, "error": exc.code, "message": str(exc)})
+            session.push(localapi.error_reply(rid, exc.code, str(exc)))
             return
         except NotMember as exc:
             self.stats["requests_refused"] += 1
-            session.push({"id": rid, "error": errors.NOT_MEMBER, "message": str(exc)})
+            session.push(localapi.error_reply(rid, localapi.NOT_MEMBER, str(exc)))
             return
         except Exception as exc:  # a bug must cost one request, never the daemon
             self.stats["requests_failed"] += 1
             log.exception("request %r failed", frame.get("op"))
-            session.push({"id": rid, "error": errors.INTERNAL, "message": f"{type(exc).__name__}: {exc}"})
+            session.push(localapi.error_reply(rid, localapi.INTERNAL, f"{type(exc).__name__}: {exc}"))
             return
         if result is not None:
-            session.push({"id": rid, "ok": True, **result})
+            session.push(localapi.ok_reply(rid, result))
 
     def _op_hello(self, session: Session, request: Request) -> dict[str, Any]:
         limits = self.shell.process.config  # a client checks each message against these before batching it
@@ -216,7 +208,7 @@ class Hub:
         except ValueError as exc:
             self._detach(session, group)
             self.persistent.discard(group)
-            raise RequestError(errors.BAD_REQUEST, str(exc)) from None
+            raise RequestError(localapi.BAD_REQUEST, str(exc)) from None
         view = self.shell.process.view(group)
         if view is not None and self.shell.is_member(group):
             return {"view": str(view.view_id), "members": list(view.members)}
@@ -227,7 +219,7 @@ class Hub:
         group = request.group
         if group not in session.groups and not (request.persist and group in self.persistent):
             hint = " (a persistent membership ends with a persistent leave)" if group in self.persistent else ""
-            raise RequestError(errors.NOT_JOINED, f"this client has not joined {group!r}{hint}")
+            raise RequestError(localapi.NOT_JOINED, f"this client has not joined {group!r}{hint}")
         if request.persist:
             self.persistent.discard(group)
         if group in session.groups:
@@ -248,11 +240,11 @@ class Hub:
     def _send(self, session: Session, request: Request, payloads: list[bytes]) -> dict[str, Any] | None:
         group = request.group
         if not self.shell.is_member(group):
-            raise RequestError(errors.NOT_MEMBER, f"the daemon is not in a view of {group!r} (join it first)")
+            raise RequestError(localapi.NOT_MEMBER, f"the daemon is not in a view of {group!r} (join it first)")
         # The engine checks every message before it accepts any (BadArgument): a batch is taken or refused whole.
         seqs = self.shell.send_many(group, payloads, request.qos, request.handler)
         if seqs is None:
-            raise RequestError(errors.SEND_REFUSED, f"the daemon is leaving {group!r}")
+            raise RequestError(localapi.SEND_REFUSED, f"the daemon is leaving {group!r}")
         self.stats["sends"] += len(seqs)
         self.stats["send_requests"] += 1
         answer = {"seq": seqs[0]} if request.payloads is None else {"seqs": seqs}
@@ -268,7 +260,7 @@ class Hub:
         """After each drain: answer parked sends of groups whose backlog went down (or that are gone)."""
         for group in [g for g, waiters in self.send_waiters.items() if waiters and self.shell.has_room(g)]:
             for session, rid, answer in self.send_waiters.pop(group):
-                session.push({"id": rid, "ok": True, **answer})
+                session.push(localapi.ok_reply(rid, answer))
 
     def _op_call(self, session: Session, request: Request) -> None:
         """Call a group as a non-member (no join needed); answered when the group replies or the call fails."""
@@ -280,7 +272,7 @@ class Hub:
     def _op_reply(self, session: Session, request: Request) -> dict[str, Any]:
         """A local client answers a call it got as the handler's holder."""
         if not self.shell.reply(request.group, request.caller, request.conn, request.stamp, request.payload):
-            raise RequestError(errors.STALE_CALL, "that call is not waiting for a reply from this daemon")
+            raise RequestError(localapi.STALE_CALL, "that call is not waiting for a reply from this daemon")
         return {"sent": True}
 
     def _call_answered(self, event: CallAnswered) -> None:
@@ -289,10 +281,10 @@ class Hub:
             return
         session, rid = waiter
         if event.error is None:
-            session.push({"id": rid, "ok": True, "reply": event.reply})
+            session.push(localapi.ok_reply(rid, {"reply": event.reply}))
         else:
             self.stats[f"calls_failed_{event.error}"] += 1
-            session.push({"id": rid, "error": errors.CALL_PREFIX + event.error, "message": event.reason})
+            session.push(localapi.error_reply(rid, localapi.CALL_PREFIX + event.error, event.reason))
 
     def _call_request(self, event: CallRequest) -> None:
         """Hand a call to the local client holding its handler lock; without one nobody here can answer."""
@@ -301,14 +293,13 @@ class Hub:
             self.stats["requests_unserved"] += 1
             log.warning("call to %s handler %d with no local client holding the lock", event.group, event.handler)
             return
-        owner.push({"event": "request", "group": event.group, "caller": event.caller, "conn": event.conn,
-                    "stamp": event.stamp, "handler": event.handler, "payload": event.payload,
-                    "view": str(event.view)})
+        owner.push(localapi.call_request_event(event.group, event.caller, event.conn, event.stamp, event.handler,
+                                               event.payload, str(event.view)))
 
     def _op_members(self, session: Session, request: Request) -> dict[str, Any]:
         view = self.shell.process.view(request.group)
         if view is None:
-            raise RequestError(errors.NOT_MEMBER, f"the daemon is not in a view of {request.group!r}")
+            raise RequestError(localapi.NOT_MEMBER, f"the daemon is not in a view of {request.group!r}")
         return {"view": str(view.view_id), "members": list(view.members),
                 "unicast_only": sorted(view.unicast_only), "locks": [list(x) for x in view.locks]}
 
@@ -317,13 +308,13 @@ class Hub:
         owner: Owner = PERSISTENT if request.persist else session
         view = self.shell.process.view(request.group)
         if view is None:
-            raise RequestError(errors.NOT_MEMBER, f"the daemon is not in a view of {request.group!r}")
+            raise RequestError(localapi.NOT_MEMBER, f"the daemon is not in a view of {request.group!r}")
         if key in self.lock_owner:
             if self.lock_owner[key] is owner:
                 return {"granted": True, "lock": request.lock}
-            raise RequestError(errors.LOCK_HELD, f"lock {request.lock} is held by another client of this daemon")
+            raise RequestError(localapi.LOCK_HELD, f"lock {request.lock} is held by another client of this daemon")
         if view.lock_holder(request.lock) not in (None, self.shell.pid):
-            raise RequestError(errors.LOCK_HELD, f"lock {request.lock} is held by {view.lock_holder(request.lock)}")
+            raise RequestError(localapi.LOCK_HELD, f"lock {request.lock} is held by {view.lock_holder(request.lock)}")
         self._request_lock(session, request, owner, "lock")
         return None
 
@@ -331,9 +322,10 @@ class Hub:
         key = (request.group, request.lock)
         owner: Owner = PERSISTENT if request.persist else session
         if key not in self.lock_owner:
-            raise RequestError(errors.NOT_OWNER, f"this daemon does not hold lock {request.lock} of {request.group!r}")
+            raise RequestError(localapi.NOT_OWNER,
+                               f"this daemon does not hold lock {request.lock} of {request.group!r}")
         if self.lock_owner[key] is not owner:
-            raise RequestError(errors.NOT_OWNER, f"lock {request.lock} belongs to another client of this daemon"
+            raise RequestError(localapi.NOT_OWNER, f"lock {request.lock} belongs to another client of this daemon"
                                + ("" if request.persist else " (use a persistent unlock for `rmp lock` locks)"))
         self._request_lock(session, request, owner, "unlock")
         return None
@@ -349,7 +341,7 @@ class Hub:
         waiters = self.lock_waiters.get(key)
         if waiters:
             if waiters[0][2] is not owner:
-                raise RequestError(errors.LOCK_HELD, f"lock {request.lock} of {request.group!r}: another client "
+                raise RequestError(localapi.LOCK_HELD, f"lock {request.lock} of {request.group!r}: another client "
                                                      f"of this daemon asked first ({op})")
             waiters.append((session, request.id, owner))
             return
@@ -367,18 +359,16 @@ class Hub:
         if type(event) is Delivered:
             # Gathered and sent as one frame per group after the drain: a busy group costs one frame per batch.
             # A packet's messages travel as one run: its fields once, then its payloads (from index 0).
-            qos = _QOS_NAMES.get(event.qos) or event.qos.name()
-            self.deliveries[event.group].append((event.src, event.seq, qos, event.ts, view_name(event.view),
-                                                 event.handler, 0, event.payloads))
+            self.deliveries[event.group].append(DeliveryRun(event.src, event.seq, qos_name(event.qos), event.ts,
+                                                            view_name(event.view), event.handler, 0, event.payloads))
             return
         self._send_deliveries(event.group)  # whatever was delivered before this event goes first
         if isinstance(event, ViewInstalled):
             members = list(event.members)
-            self._fan_out(event.group, {"event": "view", "group": event.group, "view": str(event.view),
-                                        "members": members, "ts": event.ts})
+            self._fan_out(event.group, localapi.view_event(event.group, str(event.view), members, event.ts))
             if self.shell.is_member(event.group):  # not a view installed on the way out of a previous membership
                 for session, rid in self.join_waiters.pop(event.group, []):
-                    session.push({"id": rid, "ok": True, "view": str(event.view), "members": members})
+                    session.push(localapi.ok_reply(rid, {"view": str(event.view), "members": members}))
             for (group, lock), owner in list(self.lock_owner.items()):
                 if group == event.group and self.shell.pid in members and owner is None:
                     self._release(group, lock)
@@ -400,9 +390,9 @@ class Hub:
             runs = self.deliveries.pop(name, [])
             start = size = 0
             for i, run in enumerate(runs):
-                size += sum(map(len, run[7]))
+                size += sum(map(len, run.payloads))
                 if size >= DELIVERY_FRAME_BYTES or i == len(runs) - 1:
-                    self._fan_out(name, {"event": "deliveries", "group": name, "runs": runs[start:i + 1]})
+                    self._fan_out(name, localapi.deliveries_event(name, runs[start:i + 1]))
                     start, size = i + 1, 0
 
     def _check_overrun(self) -> None:
@@ -420,7 +410,7 @@ class Hub:
             since = self.overrun.get(group)
             if behind and since is not None and now - since > OVERRUN_GRACE:
                 for session in behind:
-                    session.cut(errors.SLOW_CONSUMER, f"held the group {group!r} back for {OVERRUN_GRACE:g} s")
+                    session.cut(localapi.SLOW_CONSUMER, f"held the group {group!r} back for {OVERRUN_GRACE:g} s")
                     self.stats["overrun_cut"] += 1
                 behind = []
             if bool(behind) != (since is not None):
@@ -454,10 +444,10 @@ class Hub:
             self.lock_owner.pop(key, None)
         for session, rid, _owner in waiters:
             if event.granted:
-                session.push({"id": rid, "ok": True, "granted": True, "lock": event.lock})
+                session.push(localapi.ok_reply(rid, {"granted": True, "lock": event.lock}))
             else:
-                session.push({"id": rid, "error": errors.LOCK_DENIED,
-                              "message": f"{event.op} of lock {event.lock} was refused by the group"})
+                session.push(localapi.error_reply(rid, localapi.LOCK_DENIED,
+                                                  f"{event.op} of lock {event.lock} was refused by the group"))
 
     def _auth_hint(self) -> str:
         """Why a join may have gone unanswered: traffic this daemon heard but could not verify."""
@@ -474,18 +464,18 @@ class Hub:
             # Someone asked to join while the daemon was still finishing its leave: join again now.
             self.shell.call_soon(lambda: self._rejoin(group))
             return
-        code = errors.JOIN_FAILED if isinstance(event, JoinFailed) else errors.LEFT
+        code = localapi.JOIN_FAILED if isinstance(event, JoinFailed) else localapi.LEFT
         message = event.reason + self._auth_hint() if isinstance(event, JoinFailed) else event.reason
         for session, rid in self.join_waiters.pop(group, []):
-            session.push({"id": rid, "error": code, "message": message})
+            session.push(localapi.error_reply(rid, code, message))
         for (g, lock, _op), waiters in list(self.lock_waiters.items()):
             if g == group:
                 for session, rid, _owner in waiters:
-                    session.push({"id": rid, "error": errors.LEFT, "message": f"left {group!r}: {event.reason}"})
+                    session.push(localapi.error_reply(rid, localapi.LEFT, f"left {group!r}: {event.reason}"))
                 del self.lock_waiters[(g, lock, _op)]
         for key in [k for k in self.lock_owner if k[0] == group]:
             del self.lock_owner[key]
-        self._fan_out(group, {"event": "left", "group": group, "reason": event.reason})
+        self._fan_out(group, localapi.left_event(group, event.reason))
         for session in self.attached.pop(group, set()):
             session.groups.discard(group)
         self.persistent.discard(group)
@@ -499,7 +489,7 @@ class Hub:
             self.shell.join(group, ttl=self.shell.group_ttl.get(group))
         except ValueError as exc:
             for session, rid in self.join_waiters.pop(group, []):
-                session.push({"id": rid, "error": errors.JOIN_FAILED, "message": str(exc)})
+                session.push(localapi.error_reply(rid, localapi.JOIN_FAILED, str(exc)))
 
     # ------------------------------------------------------------------------------------------------------------
 

@@ -18,7 +18,8 @@ from pathlib import Path
 
 import trio
 
-from .frames import FrameError, FrameReader
+from rmpd.localapi import FrameError, FrameReader, error_reply
+
 from .hub import Hub
 from .session import Session
 
@@ -160,7 +161,7 @@ async def _reader(session: Session, hub: Hub, max_frame: int) -> None:
             frame = await reader.read()
         except FrameError as exc:
             hub.stats["bad_frames"] += 1
-            session.push({"id": None, "error": exc.code, "message": exc.message})
+            session.push(error_reply(None, exc.code, exc.message))
             if exc.fatal:
                 session.finish()
                 break

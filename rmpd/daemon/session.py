@@ -18,8 +18,7 @@ from typing import Any
 
 import trio
 
-from .errors import SLOW_CONSUMER
-from .frames import encode_frame
+from rmpd.localapi import SLOW_CONSUMER, encode_frame
 
 _ids = itertools.count(1)
 

@@ -8,7 +8,7 @@ import pytest
 import trio
 import trio.testing
 
-from rmpd.daemon.frames import FrameError, FrameReader, encode_frame
+from rmpd.localapi import FrameError, FrameReader, encode_frame
 
 
 async def read_all(chunks: list[bytes], max_frame: int = 1024) -> list[dict | FrameError]:

@@ -16,7 +16,7 @@ import time
 import msgpack
 import pytest
 
-from rmpd.daemon.frames import HEADER, encode_frame
+from rmpd.localapi import HEADER, encode_frame
 
 from .conftest import FAST_JOIN
 from .harness import RMP, wait_for

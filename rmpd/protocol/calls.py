@@ -13,11 +13,11 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass
 
-from .engine import Backoff
 from .events import CallAnswered, Event, Transmit
 from .ids import ProcessId, ViewId
 from .packets import CallStatus, NonMemberAck, NonMemberData, encode
 from .qos import Level, QoS
+from .timers import Backoff
 
 CALL_ERRORS = {
     "timeout": "no answer from the group in time",

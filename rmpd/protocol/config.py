@@ -51,6 +51,9 @@ class EngineConfig:
     """Bytes in flight a sender starts with; slow start grows it from there (section 4.6)."""
     max_window: int = 1 << 20
     """The byte window's ceiling."""
+    congestion: str = "rmp"
+    """Congestion control (``flow.CONGESTION_CONTROLS``): ``rmp``, the paper's window (section 4.6), or ``fixed``,
+    a window held at ``max_window``."""
     max_ack_ids: int = 64
     """Data packets one ACK orders at most."""
     retransmit_burst: int = 16

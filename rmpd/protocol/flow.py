@@ -14,7 +14,13 @@ as in TCP), so that a loaded ring does not look like a lossy one; samples are ta
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections import deque
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .config import EngineConfig
 
 
 class RttEstimator:
@@ -46,8 +52,41 @@ class RttEstimator:
         return min(self.maximum, max(self.minimum, self.srtt + 4 * self.rttvar))
 
 
-class SendWindow:
-    """Bytes this sender may have in transit; see the module docstring for how it moves."""
+class CongestionControl(ABC):
+    """How many bytes a sender may have in transit, and how that moves: what the engine's sender asks.
+
+    ``window`` is the current limit in bytes; the engine reports packets sent and ordered, and the two congestion
+    signals (a retransmission timeout, a NACK naming one of its packets).  Chosen by ``EngineConfig.congestion``
+    from ``CONGESTION_CONTROLS``."""
+
+    window: int
+
+    @abstractmethod
+    def may_send(self, size: int) -> bool:
+        """May a packet of ``size`` bytes go now?"""
+
+    @abstractmethod
+    def packet_limit(self) -> int:
+        """Largest packet to build now (packing fills packets up to it)."""
+
+    @abstractmethod
+    def sent(self, size: int) -> None: ...
+
+    @abstractmethod
+    def ordered(self, size: int) -> None:
+        """The first ACK ordering one of our packets."""
+
+    @abstractmethod
+    def congested(self, now: float, round_trip: float) -> bool:
+        """A retransmission timer expired; True if the window was cut."""
+
+    @abstractmethod
+    def nack_named(self, seq: int, now: float, round_trip: float) -> bool:
+        """A NACK asked for our packet ``seq``; True if the window was cut."""
+
+
+class SendWindow(CongestionControl):
+    """Van Jacobson's window as section 4.6 applies it; see the module docstring for how it moves."""
 
     __slots__ = ("cut_at", "in_flight", "max_packet", "max_window", "min_packet", "min_window", "nacked",
                  "threshold", "window")
@@ -111,3 +150,36 @@ class SendWindow:
             return False
         self.nacked.append(seq)
         return self.congested(now, round_trip)
+
+
+class FixedWindow(SendWindow):
+    """A window that never moves from ``max_window`` (no congestion control): for a known, lossless network or
+    to measure what the window costs."""
+
+    def __init__(self, *, min_packet: int, max_packet: int, initial: int, max_window: int,
+                 min_window: int = 0) -> None:
+        super().__init__(min_packet=min_packet, max_packet=max_packet, initial=max_window, max_window=max_window,
+                         min_window=min_window)
+
+    def ordered(self, size: int) -> None:
+        self.in_flight = max(0, self.in_flight - size)
+
+    def congested(self, now: float, round_trip: float) -> bool:
+        return False
+
+    def nack_named(self, seq: int, now: float, round_trip: float) -> bool:
+        return False
+
+
+CONGESTION_CONTROLS: dict[str, Callable[..., CongestionControl]] = {"rmp": SendWindow, "fixed": FixedWindow}
+"""Congestion control by name: ``rmp`` is the paper's (section 4.6), ``fixed`` keeps the window at its ceiling."""
+
+
+def make_congestion_control(config: EngineConfig) -> CongestionControl:
+    """The congestion control ``config.congestion`` names, sized from the config's packet and window limits."""
+    factory = CONGESTION_CONTROLS.get(config.congestion)
+    if factory is None:
+        raise ValueError(f"unknown congestion control {config.congestion!r}: one of {', '.join(CONGESTION_CONTROLS)}")
+    return factory(min_packet=config.min_packet, max_packet=config.max_packet,
+                   min_window=config.min_window or 2 * config.max_packet, initial=config.initial_window,
+                   max_window=config.max_window)

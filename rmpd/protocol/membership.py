@@ -8,15 +8,28 @@ denied request still yields a New List, with the member list unchanged.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from enum import StrEnum
 
 from .ids import ProcessId
 from .packets import ListChangeRequest
 from .view import View
 
-OPS = ("join", "leave", "lock", "unlock")
 MAX_LOCK = 1023
 """Locks 0-5 are the handler locks; 6..MAX_LOCK are general mutual-exclusion locks."""
+
+
+class Op(StrEnum):
+    """The membership operations a List Change Request asks for (on the wire: their names)."""
+
+    JOIN = "join"
+    LEAVE = "leave"
+    LOCK = "lock"
+    UNLOCK = "unlock"
+
+
+OPS = tuple(op.value for op in Op)
 
 
 @dataclass(frozen=True)
@@ -29,36 +42,72 @@ class Change:
     changed: bool
 
 
+@dataclass
+class _Draft:
+    """The view being made for one request: the rules below edit it."""
+
+    members: list[ProcessId]
+    unicast_only: set[ProcessId]
+    locks: dict[int, ProcessId]
+    min_partition: int
+    granted: bool = False
+    changed: bool = False
+
+
+def _join(draft: _Draft, view: View, request: ListChangeRequest, token_site: ProcessId) -> None:
+    """A newcomer goes directly after the token site, so it takes the token next and proves it is there; a member
+    asking again is granted without a change."""
+    src = request.src
+    draft.granted = True
+    if src not in view:
+        draft.members.insert(draft.members.index(token_site) + 1, src)
+        if not request.multicast_capable:
+            draft.unicast_only.add(src)
+        draft.min_partition = max(draft.min_partition, request.min_partition)
+        draft.changed = True
+
+
+def _leave(draft: _Draft, view: View, request: ListChangeRequest, token_site: ProcessId) -> None:
+    """A member leaves and its locks are freed; the last member cannot leave by a New List."""
+    src = request.src
+    if src in view and len(draft.members) > 1:
+        draft.members.remove(src)
+        draft.unicast_only.discard(src)
+        draft.locks = {n: holder for n, holder in draft.locks.items() if holder != src}
+        draft.granted = draft.changed = True
+
+
+def _lock(draft: _Draft, view: View, request: ListChangeRequest, token_site: ProcessId) -> None:
+    """Granted only when nobody else holds the lock (asking for one's own lock again is granted, unchanged)."""
+    arg = request.arg
+    if arg is not None and arg <= MAX_LOCK and request.src in view:
+        holder = draft.locks.get(arg)
+        draft.granted = holder in (None, request.src)
+        if holder is None:
+            draft.locks[arg] = request.src
+            draft.changed = True
+
+
+def _unlock(draft: _Draft, view: View, request: ListChangeRequest, token_site: ProcessId) -> None:
+    """Only the holder frees a lock."""
+    arg = request.arg
+    if arg is not None and request.src in view and draft.locks.get(arg) == request.src:
+        del draft.locks[arg]
+        draft.granted = draft.changed = True
+
+
+RULES: dict[str, Callable[[_Draft, View, ListChangeRequest, ProcessId], None]] = {
+    Op.JOIN: _join, Op.LEAVE: _leave, Op.LOCK: _lock, Op.UNLOCK: _unlock,
+}
+"""Section 4.3 as a table: what each operation does to the view.  An unknown operation changes nothing and is not
+granted; a denied request still yields a New List, with the member list unchanged."""
+
+
 def apply_change(view: View, request: ListChangeRequest, token_site: ProcessId) -> Change:
     """The view that answers ``request``, made at ``token_site``."""
-    members = list(view.members)
-    unicast_only = set(view.unicast_only)
-    locks = dict(view.locks)
-    min_partition = view.min_partition
-    src, op, arg = request.src, request.op, request.arg
-    granted = changed = False
-    if op == "join":
-        granted = True
-        if src not in view:
-            members.insert(members.index(token_site) + 1, src)
-            if not request.multicast_capable:
-                unicast_only.add(src)
-            min_partition = max(min_partition, request.min_partition)
-            changed = True
-    elif op == "leave":
-        if src in view and len(members) > 1:
-            members.remove(src)
-            unicast_only.discard(src)
-            locks = {n: holder for n, holder in locks.items() if holder != src}
-            granted = changed = True
-    elif op == "lock" and arg is not None and arg <= MAX_LOCK and src in view:
-        holder = locks.get(arg)
-        granted = holder in (None, src)
-        if holder is None:
-            locks[arg] = src
-            changed = True
-    elif op == "unlock" and arg is not None and src in view and locks.get(arg) == src:
-        del locks[arg]
-        granted = changed = True
-    return Change(tuple(members), frozenset(unicast_only), tuple(sorted(locks.items())), min_partition,
-                  granted, changed)
+    draft = _Draft(list(view.members), set(view.unicast_only), dict(view.locks), view.min_partition)
+    rule = RULES.get(request.op)
+    if rule is not None:
+        rule(draft, view, request, token_site)
+    return Change(tuple(draft.members), frozenset(draft.unicast_only), tuple(sorted(draft.locks.items())),
+                  draft.min_partition, draft.granted, draft.changed)

@@ -178,7 +178,7 @@ class RmpProcess:
             return
         self.latest = value
         for engine in self.engines.values():
-            engine.calls.filter.raise_latest(value)
+            engine.relay.calls.filter.raise_latest(value)
         self._collect(now)
 
     def _latest_refresh_at(self) -> float | None:
@@ -223,7 +223,7 @@ class RmpProcess:
     def send_backlog(self, group: str) -> int:
         """Packets of ``group`` accepted and not yet sent (0 when not a member): cheap, for back-pressure."""
         engine = self.engines.get(group)
-        return 0 if engine is None else len(engine.send_queue)
+        return 0 if engine is None else len(engine.sender.send_queue)
 
     def is_leaving(self, group: str) -> bool:
         """A leave of ``group`` was asked for, or the membership ended and is not yet finished."""
@@ -386,7 +386,7 @@ class RmpProcess:
             first_seq=last_seq + 1, first_unreliable_seq=last_unreliable + 1, scmp=scmp,
             join_floor=floor if joined_by is None and self.scmp.upper > 0 else 0,
         )
-        engine.wall_offset = self.wall_offset
+        engine.relay.wall_offset = self.wall_offset
         self.engines[group] = engine
         engine.handle_timer(now)  # a joiner accepts the token it was named for at once
         self._collect(now)

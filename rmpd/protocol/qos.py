@@ -6,7 +6,8 @@ On the wire a QoS is one integer: the level in the low 3 bits and K (for K-resil
 
 from __future__ import annotations
 
-from enum import IntEnum
+from dataclasses import dataclass
+from enum import Enum, IntEnum
 from typing import NamedTuple
 
 MAX_RESILIENCE = 65535
@@ -125,3 +126,39 @@ _CANONICAL = {
 }
 _BY_CODE: dict[int, QoS] = {}
 """Decoded QoS codes, so the hot path of packet decoding builds no new objects."""
+
+
+class Gate(Enum):
+    """What a packet waits for at its timestamp in the total-order scan."""
+
+    NONE = "none"
+    """Never ordered (unreliable)."""
+    SOURCE = "source"
+    """Only its source's earlier packets."""
+    TOTAL = "total"
+    """Every earlier timestamp."""
+    HOLDERS = "holders"
+    """Every earlier timestamp, and enough members known to hold it (``QoS.required_holders``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class DeliveryRule:
+    """When a packet of one level may be delivered (figure 3.2)."""
+
+    on_receipt: bool
+    """As soon as it is held."""
+    in_source_order: bool
+    """As soon as its source's earlier packets are delivered."""
+    gate: Gate
+
+
+DELIVERY_RULES: dict[Level, DeliveryRule] = {
+    Level.UNRELIABLE: DeliveryRule(on_receipt=True, in_source_order=False, gate=Gate.NONE),
+    Level.UNORDERED: DeliveryRule(on_receipt=True, in_source_order=False, gate=Gate.SOURCE),
+    Level.SOURCE: DeliveryRule(on_receipt=False, in_source_order=True, gate=Gate.SOURCE),
+    Level.TOTAL: DeliveryRule(on_receipt=False, in_source_order=False, gate=Gate.TOTAL),
+    Level.K_RESILIENT: DeliveryRule(on_receipt=False, in_source_order=False, gate=Gate.HOLDERS),
+    Level.MAJORITY: DeliveryRule(on_receipt=False, in_source_order=False, gate=Gate.HOLDERS),
+    Level.SAFE: DeliveryRule(on_receipt=False, in_source_order=False, gate=Gate.HOLDERS),
+}
+"""Figure 3.2 as a table: each level keeps the guarantees of the levels below it."""

@@ -17,11 +17,14 @@ a reformation higher than any it has seen, one at a time, and answers lower ones
 
 from __future__ import annotations
 
+from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from itertools import islice
+from typing import Any, Protocol
 
-from .events import Left
-from .ids import ProcessId
+from .config import EngineConfig
+from .ids import ProcessId, ViewCounter, ViewId
+from .outbox import Outbox, Views
 from .packets import (
     NewList,
     Packet,
@@ -34,8 +37,6 @@ from .packets import (
 SUPERSEDED = "superseded"
 SUPERSEDED_REASON = "superseded by a higher reformation"
 """Reason a member gives when it rejects a reformation because it has seen a higher one."""
-NACK_LIST = 256
-"""Timestamps, and (source, sequence) pairs, one catch-up NACK asks for at most."""
 
 MIN_PARTITION_MAJORITY = 0
 """``min_partition`` value meaning: a majority of the old view must remain."""
@@ -96,17 +97,68 @@ class Initiation:
     progress: object = None
 
 
-class Reformation:
-    """Mixin for GroupEngine: everything about suspecting failures and reforming the view."""
+class Rng(Protocol):
+    """The randomness the engine needs, passed in (a ``random.Random`` will do)."""
 
-    # Set by GroupEngine.__init__: version_seen, participation, initiation, restart_deadline.
+    def random(self) -> float: ...
+
+
+class ReformationHost(Protocol):
+    """What a reformation needs from the member it runs at."""
+
+    departed: bool
+
+    def sync_point(self) -> SyncPoint: ...
+
+    def catch_up(self, target: SyncPoint, now: float) -> None:
+        """NACK, to anyone, whatever separates this member from ``target``."""
+
+    def freeze(self) -> None:
+        """Stop the token and the timers that would suspect failures: the view is being reformed."""
+
+    def unfreeze(self, now: float) -> None: ...
+
+    def depart(self, now: float) -> None:
+        """Out of the group (a New List removing this member is ordered)."""
+
+    def stop(self, now: float, reason: str) -> None:
+        """Leave the group for good after a failure this member cannot repair."""
+
+    def reformed(self, nl: NewList, initiator: bool, now: float) -> None:
+        """Install a reformation's New List: drop what lies beyond its sync point, go on in the new view."""
+
+    def new_list_fields(self) -> tuple[tuple[tuple[ProcessId, int], ...], int]:
+        """What a reformation's New List carries of the group's join admission: (requests done, join floor)."""
+
+
+class Reformation:
+    """Suspecting failures and reforming the view, at one member."""
+
+    def __init__(self, pid: ProcessId, group: str, config: EngineConfig, views: Views, outbox: Outbox,
+                 stats: Counter[str], rng: Rng, view_counter: ViewCounter, host: ReformationHost) -> None:
+        self.pid = pid
+        self.group = group
+        self.config = config
+        self.views = views
+        self.outbox = outbox
+        self.stats = stats
+        self.rng = rng
+        self.view_counter = view_counter
+        self.host = host
+        self.version_seen: tuple[int, ProcessId] = (0, "")
+        self.participation: Participation | None = None
+        self.initiation: Initiation | None = None
+        self.restart_deadline: float | None = None
+        self.minority_attempts = 0
+        self.failed_reformations = 0
 
     @property
     def frozen(self) -> bool:
         """While a reformation runs (or waits to restart) the token stands still."""
         return self.participation is not None or self.initiation is not None or self.restart_deadline is not None
 
-    def recovery_deadline(self) -> float | None:
+    @property
+    def deadline(self) -> float | None:
         deadlines = [d for d in (
             self.participation.deadline if self.participation else None,
             self.initiation.deadline if self.initiation else None,
@@ -114,61 +166,52 @@ class Reformation:
         ) if d is not None]
         return min(deadlines) if deadlines else None
 
+    def stop(self) -> None:
+        """This member leaves the group: no reformation runs here any more."""
+        self.restart_deadline = None
+        self.initiation = None
+        self.participation = None
+
+    def _multicast(self, packet: Packet, now: float) -> None:
+        self.outbox.multicast(packet, now)
+
+    def _unicast(self, dest: ProcessId, packet: Packet, now: float) -> None:
+        self.outbox.unicast(dest, packet, now)
+
+    def _record(self, event: str, now: float, **fields: object) -> None:
+        self.outbox.record(event, now, **fields)
+
+    @property
+    def _view_id(self) -> ViewId:
+        return self.views.current.view_id
+
     # ------------------------------------------------------------------------------------------------------------
 
     def suspect_failure(self, now: float, why: str) -> None:
         """Retries ran out: someone is gone.  Start a reformation unless one is already running."""
-        if self.frozen or self.departed:
+        if self.frozen or self.host.departed:
             return
-        if self.pid not in self.view:
+        if self.pid not in self.views.current:
             # A New List removing us is ordered (we asked to leave); what we sent is ordered too.  Go.
-            self._depart(now)
+            self.host.depart(now)
             return
         self.stats["failures_suspected"] += 1
         self.stats["suspected_" + why] += 1
-        self._start_reformation(now)
+        self._start(now)
 
-    def sync_point(self) -> SyncPoint:
-        seqs: dict[ProcessId, int] = {}
-        sources = set(self.src_next) | set(self.ordered_upto) | {src for src, _ in self.data}
-        for src in sorted(sources):  # sorted: set order of strings changes from run to run
-            seq = self.src_next.get(src, 1) - 1
-            while (src, seq + 1) in self.data:
-                seq += 1
-            if seq > 0:
-                seqs[src] = seq
-        return self.q.contig, seqs
-
-    def _freeze(self) -> None:
-        self.have_token = False
-        self.accept_target = None
-        self.pass_pending = None
-        self.pass_timer.stop()
-        self.null_deadline = None
-        self.rto.stop()
-        self.stall_deadline = None
-        self.hint_deadline = None
-        self.request_timer.stop()
-
-    def _unfreeze(self, now: float) -> None:
-        if self.outstanding:
-            self.rto.start(now)
-        if self.my_requests:
-            self.request_timer.start(now)
-
-    def _start_reformation(self, now: float) -> None:
+    def _start(self, now: float) -> None:
         version = self.version_seen[0] + 1
         self.version_seen = (version, self.pid)
         self.participation = None
         self.restart_deadline = None
-        point = self.sync_point()
-        self.initiation = Initiation(version, self.view.members, point, {self.pid: point})
-        self._freeze()
+        point = self.host.sync_point()
+        self.initiation = Initiation(version, self.views.current.members, point, {self.pid: point})
+        self.host.freeze()
         self.stats["reformations_started"] += 1
         self._record("recovery", now, version=version, role="initiator")
-        self._recovery_round(now)
+        self._round(now)
 
-    def _recovery_round(self, now: float) -> None:
+    def _round(self, now: float) -> None:
         init = self.initiation
         assert init is not None
         interval = self.config.recovery_interval
@@ -181,7 +224,7 @@ class Reformation:
                 return
             self._multicast(init.new_list, now)
             return
-        mine = self.sync_point()
+        mine = self.host.sync_point()
         init.votes[self.pid] = mine
         shared = init.shared
         for point in init.votes.values():
@@ -197,7 +240,7 @@ class Reformation:
         init.rounds += 1
         me_synced = self.pid in synced
         if not me_synced:
-            self._catch_up(shared, now)
+            self.host.catch_up(shared, now)
             if init.stale_rounds >= patience:
                 self._abort_initiation(now, "initiator cannot reach the shared sync point")
                 return
@@ -211,19 +254,20 @@ class Reformation:
         if me_synced and (complete or settled or stuck):
             self._propose(synced, now)
             return
-        self._multicast(RecoveryStart(self.view.view_id, self.pid, init.version, init.candidates, shared[0],
+        self._multicast(RecoveryStart(self._view_id, self.pid, init.version, init.candidates, shared[0],
                                       tuple(shared[1].items())), now)
 
     def _propose(self, synced: list[ProcessId], now: float) -> None:
         init = self.initiation
         assert init is not None
-        old = self.view
-        needed = self._minimum_partition()
+        old = self.views.current
+        needed = self.minimum_partition()
         if len(synced) < needed:
             self._abort_initiation(now, f"partition of {len(synced)} is below the minimum of {needed}")
             self.minority_attempts += 1
             if self.minority_attempts >= self.config.minority_attempts:
-                self._stop_minority(now, len(synced), needed)
+                self.stats["minority_stops"] += 1
+                self._stop(now, f"partition of {len(synced)} below the minimum of {needed}")
             return
         self.minority_attempts = 0
         self.failed_reformations = 0
@@ -234,28 +278,30 @@ class Reformation:
         members = tuple(m for m in old.members if m in synced)
         locks = tuple((n, holder) for n, holder in old.locks if holder in members)
         sync_ts = init.shared[0]
+        done, join_floor = self.host.new_list_fields()
         init.new_list = NewList(
             old.view_id, self.pid, sync_ts + 1, self.pid, self.group, view_id,
-            tuple((m, m not in old.unicast_only) for m in members), (), tuple(self.requests_done.items()),
-            locks, old.min_partition, None, init.version, True, None, self.join_floor,
+            tuple((m, m not in old.unicast_only) for m in members), (), done,
+            locks, old.min_partition, None, init.version, True, None, join_floor,
         )
         init.acks = {self.pid}
         self._record("recovery", now, version=init.version, role="propose", members=list(members))
         if len(members) == 1:
-            self._commit_recovery(init.new_list, now)
+            self.commit(init.new_list, now)
             return
         self._multicast(init.new_list, now)
 
-    def _minimum_partition(self) -> int:
+    def minimum_partition(self) -> int:
         """How many members of the old view a new view needs (the group's ``min_partition`` rule)."""
-        return required_partition(self.view.min_partition, self.view.size)
+        view = self.views.current
+        return required_partition(view.min_partition, view.size)
 
     def _abort_initiation(self, now: float, reason: str) -> None:
         init = self.initiation
         assert init is not None
         self.stats["reformations_aborted"] += 1
         self._record("recovery", now, version=init.version, role="abort", reason=reason)
-        self._multicast(RecoveryAbort(self.view.view_id, self.pid, init.version, reason[:200]), now)
+        self._multicast(RecoveryAbort(self._view_id, self.pid, init.version, reason[:200]), now)
         self.initiation = None
         self.failed_reformations += 1
         if self.failed_reformations >= self.config.reformation_attempts and reason != SUPERSEDED_REASON:
@@ -267,64 +313,39 @@ class Reformation:
         low, high = self.config.recovery_backoff
         self.restart_deadline = now + low + (high - low) * self.rng.random()
 
-    def _stop_minority(self, now: float, size: int, needed: int) -> None:
-        """A partition smaller than the group's minimum stops: it must not order anything on its own."""
-        self.stats["minority_stops"] += 1
-        self._stop(now, f"partition of {size} below the minimum of {needed}")
-
     def _stop(self, now: float, reason: str) -> None:
-        """Leave the group for good after a failure this process cannot repair; it may join again as new."""
-        self.restart_deadline = None
-        self.initiation = None
-        self.participation = None
-        self._depart(now, reason=reason)
-        if not self.finished:  # nobody will ask a stopped member for anything: no need to linger
-            self.finished = True
-            self.pass_timer.stop()
-            self._events.append(Left(self.group, self.depart_reason))
-
-    def _catch_up(self, target: SyncPoint, now: float) -> None:
-        """NACK, to anyone, whatever separates this member from ``target``."""
-        ts, seqs = target
-        # Lazily, and only as many as one NACK carries: a sync point far ahead must not build huge lists.
-        missing = list(islice((t for t in range(self.q.contig + 1, ts + 1)
-                               if (s := self.q.get(t)) is None or not s.have), NACK_LIST))
-        wanted = list(islice(((src, n) for src, high in seqs.items()
-                              for n in range(self.src_next.get(src, 1), high + 1) if (src, n) not in self.data),
-                             NACK_LIST))
-        if missing or wanted:
-            self.stats["recovery_nacks"] += 1
-            from .packets import Nack  # local import keeps the module list short at the top
-
-            self._multicast(Nack(self.view.view_id, self.pid, None, self.q.contig, self.q.high, False,
-                                 tuple(missing), tuple(wanted)), now)
+        """Leave the group for good after a failure this process cannot repair; it may join again as new.  A
+        partition smaller than the group's minimum stops this way: it must not order anything on its own."""
+        self.stop()
+        self.host.stop(now, reason)
 
     # ------------------------------------------------------------------------------------------------------------
     # Packets
 
-    def _on_recovery_packet(self, packet: Packet, now: float) -> None:
-        if isinstance(packet, RecoveryStart):
-            self._on_recovery_start(packet, now)
-        elif isinstance(packet, RecoveryVote):
-            init = self.initiation
-            if init is not None and packet.version == init.version and packet.src in init.candidates:
-                init.votes[packet.src] = (packet.sync_ts, dict(packet.sync_seqs))
-        elif isinstance(packet, RecoveryAckNewList):
-            init = self.initiation
-            if init is not None and init.new_list is not None and packet.version == init.version and (
-                    packet.new_view == init.new_list.new_view):
-                init.acks.add(packet.src)
-                if init.acks >= {m for m, _ in init.new_list.members}:
-                    self._commit_recovery(init.new_list, now)
-        elif isinstance(packet, RecoveryAbort):
-            self._on_recovery_abort(packet, now)
+    def on_packet(self, packet: Packet, now: float) -> None:
+        handler = self._HANDLERS.get(type(packet))
+        if handler is not None:
+            handler(self, packet, now)
 
-    def _on_recovery_start(self, start: RecoveryStart, now: float) -> None:
-        if start.view != self.view.view_id or self.pid not in start.members or self.departed:
+    def _on_vote(self, vote: RecoveryVote, now: float) -> None:
+        init = self.initiation
+        if init is not None and vote.version == init.version and vote.src in init.candidates:
+            init.votes[vote.src] = (vote.sync_ts, dict(vote.sync_seqs))
+
+    def _on_ack_new_list(self, ack: RecoveryAckNewList, now: float) -> None:
+        init = self.initiation
+        if init is not None and init.new_list is not None and ack.version == init.version and (
+                ack.new_view == init.new_list.new_view):
+            init.acks.add(ack.src)
+            if init.acks >= {m for m, _ in init.new_list.members}:
+                self.commit(init.new_list, now)
+
+    def _on_start(self, start: RecoveryStart, now: float) -> None:
+        if start.view != self._view_id or self.pid not in start.members or self.host.departed:
             return
         key = (start.version, start.src)
         if key < self.version_seen:
-            self._unicast(start.src, RecoveryAbort(self.view.view_id, self.pid, start.version, SUPERSEDED), now)
+            self._unicast(start.src, RecoveryAbort(self._view_id, self.pid, start.version, SUPERSEDED), now)
             return
         if key > self.version_seen:
             if self.initiation is not None:
@@ -333,20 +354,20 @@ class Reformation:
             self.restart_deadline = None
             self.participation = Participation(start.src, start.version, (start.sync_ts, dict(start.sync_seqs)),
                                                now)
-            self._freeze()
+            self.host.freeze()
             self._record("recovery", now, version=start.version, role="member", initiator=start.src)
         part = self.participation
         if part is None or (part.initiator, part.version) != (start.src, start.version):
             return
         part.target = (start.sync_ts, dict(start.sync_seqs))
         part.deadline = now + self.config.recovery_interval * self.config.recovery_patience
-        mine = self.sync_point()
+        mine = self.host.sync_point()
         if not at_least(mine, part.target):
-            self._catch_up(part.target, now)
-        self._unicast(start.src, RecoveryVote(self.view.view_id, self.pid, start.version, mine[0],
+            self.host.catch_up(part.target, now)
+        self._unicast(start.src, RecoveryVote(self._view_id, self.pid, start.version, mine[0],
                                               tuple(mine[1].items())), now)
 
-    def _on_recovery_new_list(self, nl: NewList, now: float) -> bool:
+    def on_new_list(self, nl: NewList, now: float) -> bool:
         """A reformation's New List (phase one of the commit): hold it and acknowledge.  True when handled."""
         part = self.participation
         if part is None or nl.src != part.initiator or nl.request_id != part.version:
@@ -355,10 +376,10 @@ class Reformation:
             return True
         part.new_list = nl
         part.deadline = now + self.config.recovery_interval * self.config.recovery_patience
-        self._unicast(nl.src, RecoveryAckNewList(self.view.view_id, self.pid, part.version, nl.new_view), now)
+        self._unicast(nl.src, RecoveryAckNewList(self._view_id, self.pid, part.version, nl.new_view), now)
         return True
 
-    def _on_recovery_abort(self, abort: RecoveryAbort, now: float) -> None:
+    def _on_abort(self, abort: RecoveryAbort, now: float) -> None:
         part = self.participation
         if part is not None and abort.src == part.initiator and abort.version == part.version:
             self.participation = None
@@ -367,51 +388,35 @@ class Reformation:
         if init is not None and abort.version == init.version and abort.reason == SUPERSEDED:
             self._abort_initiation(now, "a member saw a higher reformation")
 
-    def _recovery_timer(self, now: float) -> None:
+    _HANDLERS: dict[type, Callable[[Reformation, Any, float], None]] = {
+        RecoveryStart: _on_start, RecoveryVote: _on_vote, RecoveryAckNewList: _on_ack_new_list,
+        RecoveryAbort: _on_abort,
+    }
+
+    def committed_by(self, view: ViewId | None) -> NewList | None:
+        """The New List we acknowledged, when a packet of its new view shows the initiator committed it."""
+        part = self.participation
+        if part is not None and part.new_list is not None and view == part.new_list.new_view:
+            return part.new_list
+        return None
+
+    def on_timer(self, now: float) -> None:
         init = self.initiation
         if init is not None and now >= init.deadline:
-            self._recovery_round(now)
+            self._round(now)
         part = self.participation
         if part is not None and now >= part.deadline:
             self.participation = None  # the initiator went quiet: try ourselves
-            self._start_reformation(now)
+            self._start(now)
         if self.restart_deadline is not None and now >= self.restart_deadline:
             self.restart_deadline = None
             if self.initiation is None and self.participation is None:
-                self._start_reformation(now)
+                self._start(now)
 
-    def _commit_recovery(self, nl: NewList, now: float) -> None:
-        """Phase two: drop everything beyond the sync point, install the New List, go on in the new view."""
-        initiator = nl.src == self.pid
+    def commit(self, nl: NewList, now: float) -> None:
+        """Phase two: the new view is agreed; the member installs it (``ReformationHost.reformed``)."""
         self.initiation = None
         self.participation = None
         self.restart_deadline = None
-        for slot in self.q.truncate(nl.ts - 1):
-            if slot.key is None:
-                continue
-            src, seq = slot.key
-            self.unordered.setdefault(src, set()).add(seq)
-            if self.ordered_upto.get(src, 0) >= seq:
-                self.ordered_upto[src] = seq - 1
-            packet = self.data.get(slot.key)
-            if src == self.pid and packet is not None:
-                self._add_outstanding(packet)
-        self.latest_ack_ts = min(self.latest_ack_ts, nl.ts - 1)
         self.stats["reformations"] += 1
-        self._on_new_list(nl, now)
-        # Every member of the new view reached the sync point: all it holds is stable in the new view, and
-        # views the failed members were part of no longer count towards MaxN.
-        for member in self.holds:
-            self.holds[member] = max(self.holds[member], nl.ts)
-        self.view_sizes = [(nl.ts, len(nl.members))]
-        self._record("recovery", now, ts=nl.ts - 1, version=nl.request_id, role="commit",
-                     members=[m for m, _ in nl.members], new_view=str(nl.new_view))
-        if initiator:
-            self.have_token = True
-            self.accepted_ts = nl.ts
-            self.incoming_quiet = 0
-        self._unfreeze(now)
-        self._progress(now)
-        if initiator and self.have_token:
-            self._send_ack((), 1, now)  # pass the token at once: the members commit on this ACK
-            self._progress(now)
+        self.host.reformed(nl, nl.src == self.pid, now)

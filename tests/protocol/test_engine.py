@@ -114,16 +114,16 @@ def test_token_is_accepted_only_without_holes() -> None:
     ring.send(2, b"from-c")
     ring.flush()
     engine_b = ring[1]
-    assert engine_b.accept_target is not None, "A's ACK named B as the next token site"
-    assert not engine_b.have_token, "B lacks the data the ACK ordered, so it must not accept"
+    assert engine_b.token.accept_target is not None, "A's ACK named B as the next token site"
+    assert not engine_b.token.have_token, "B lacks the data the ACK ordered, so it must not accept"
     assert not any(isinstance(p, Confirm) and s == b for s, _, p in ring.log)
     assert ring.delivered(1) == []
     ring.advance(0.2)
     assert any(isinstance(p, Nack) and s == b for s, _, p in ring.log)
-    assert not engine_b.have_token
+    assert not engine_b.token.have_token
     ring.drop = lambda src, dst, p: False
     ring.advance(0.5)
-    assert engine_b.have_token or engine_b.accepted_ts >= 1
+    assert engine_b.token.have_token or engine_b.token.accepted_ts >= 1
     assert ring.delivered(1) == [b"from-c"]
     assert any(isinstance(p, Confirm) and s == b and d == a for s, d, p in ring.log)
 
@@ -158,10 +158,10 @@ def test_ack_is_resent_with_backoff_until_confirmed() -> None:
     gaps = [round(y - x, 2) for x, y in itertools.pairwise(times)]
     assert gaps[:4] == [0.2, 0.4, 0.8, 1.6] or gaps[:4] == [0.4, 0.8, 1.6, 2.0]
     assert max(gaps) <= 2.0 + 0.01, "back-off is clamped at 2 s"
-    assert ring[0].pass_pending is not None
+    assert ring[0].token.pass_pending is not None
     ring.drop = lambda src, dst, p: False
     ring.advance(3.0)
-    assert ring[0].pass_pending is None
+    assert ring[0].token.pass_pending is None
 
 
 def test_quiet_ring_passes_the_token_once_round_and_stops() -> None:
@@ -173,7 +173,7 @@ def test_quiet_ring_passes_the_token_once_round_and_stops() -> None:
     assert len({p.ts for p in null_acks}) == 3, "after the last ordered packet, N-1 NULL ACKs bring it home"
     assert [p.quiet for p in sorted({p.ts: p for p in null_acks}.values(), key=lambda p: p.ts)] == [1, 2, 3]
     assert all(e.quiet for e in ring.engines.values()), "nothing left to do: the ring is silent"
-    holders = [e for e in ring.engines.values() if e.have_token]
+    holders = [e for e in ring.engines.values() if e.token.have_token]
     assert len(holders) == 1
     before = len(ring.log)
     ring.advance(10.0)
@@ -186,12 +186,12 @@ def test_orderingq_stays_bounded_and_frees_stable_slots() -> None:
         ring.send(i % 3, f"m{i}".encode())
         ring.flush()
         for e in ring.engines.values():
-            assert e.q.ack_slots <= 3 + 1
+            assert e.ordering.q.ack_slots <= 3 + 1
     ring.advance(5.0)
     for e in ring.engines.values():
-        assert e.q.ack_slots <= 3
-        assert len(e.data) == 0, "every message is stable, so no data packet is held for retransmission"
-        assert all(s.state is SlotState.DELIVERED or s.kind is not SlotKind.DATA for s in e.q.slots.values())
+        assert e.ordering.q.ack_slots <= 3
+        assert len(e.ordering.data) == 0, "every message is stable, so no data packet is held for retransmission"
+        assert all(s.state is SlotState.DELIVERED or s.kind is not SlotKind.DATA for s in e.ordering.q.slots.values())
     assert [len(ring.delivered(i)) for i in range(3)] == [60, 60, 60]
 
 
@@ -213,8 +213,8 @@ def test_window_queues_sends_and_delivers_all_in_order() -> None:
     for i in range(40):
         ring.send(1, f"{i}".encode(), QoS.SOURCE)
     # Four packets in flight; the other 36 messages wait packed into the one packet at the queue's tail.
-    assert len(ring[1].outstanding) == 4 and len(ring[1].send_queue) == 1
-    assert ring[1].send_queue[0].parts == [f"{i}".encode() for i in range(4, 40)]
+    assert len(ring[1].sender.outstanding) == 4 and len(ring[1].sender.send_queue) == 1
+    assert ring[1].sender.send_queue[0].parts == [f"{i}".encode() for i in range(4, 40)]
     ring.advance(3.0)
     assert ring.delivered(0) == [f"{i}".encode() for i in range(40)]
     assert ring.delivered(1) == [f"{i}".encode() for i in range(40)]
@@ -245,13 +245,13 @@ def test_a_timestamp_far_ahead_is_dropped_instead_of_allocating_every_slot_befor
     ring.send(1, b"before")
     ring.flush()
     target = ring[2]
-    far = target.q.contig + target.config.max_ahead + 1
+    far = target.ordering.q.contig + target.config.max_ahead + 1
     forged = Ack(ring.view.view_id, ring.pids[0], far, ring.pids[1], 0, ((ring.pids[0], 10**9, QoS.TOTAL),))
     target.receive_packet(forged, ring.now)
     vote = RecoveryVote(ring.view.view_id, ring.pids[0], 1, 2**62, ((ring.pids[0], 2**62),))
     target.receive_packet(vote, ring.now)
     assert target.stats["beyond_horizon"] == 2
-    assert len(target.q.slots) < 100
+    assert len(target.ordering.q.slots) < 100
     ring.send(1, b"after")
     ring.flush()
     assert [d.payload for d in ring.deliveries(2)] == [b"before", b"after"]
@@ -264,10 +264,10 @@ def test_a_departed_member_delivers_nothing_more_whatever_it_hears() -> None:
     ring.send(0, b"safe", QoS.SAFE)
     ring.flush()
     removed = ring[2]
-    assert removed.q.high > removed.deliver_ts - 1 and ring.delivered(2) == []  # held, not yet stable
-    removed._depart(ring.now)
+    assert removed.ordering.q.high > removed.ordering.deliver_ts - 1 and ring.delivered(2) == []  # held, not yet stable
+    removed.depart(ring.now)
     for other in ring.pids[:2]:  # later ACKs from the others tell it the packet became stable
-        removed._learn_holds(other, removed.q.high)
+        removed.holdings.learn(other, removed.ordering.q.high)
     joiner = ListChangeRequest("g", None, "10.0.0.9:7000", 1, "join", 0, True, 1, 1)
     removed.receive_packet(joiner, ring.now)
     removed.handle_timer(ring.now + 1.0)
@@ -347,7 +347,7 @@ def test_a_lost_token_is_noticed_by_a_member_whose_packet_waits_to_be_ordered() 
     ring.send(0, b"a")
     ring.flush()
     ring.advance(3.0)
-    assert ring[0].have_token, "a quiet ring's token rests at the site that ordered last"
+    assert ring[0].token.have_token, "a quiet ring's token rests at the site that ordered last"
     dead = {ring.pids[0], ring.pids[1]}
     ring.drop = lambda src, dst, p: src in dead or dst in dead
     sent_at = ring.now
@@ -364,7 +364,7 @@ def test_one_multicast_answers_several_nacks_for_the_same_hole() -> None:
     a, b, c, d = ring.pids
     ring.send(1, b"x")
     ring.flush()  # ordered by A; not yet stable, so still held
-    ts = next(ts for ts, slot in ring[0].q.slots.items() if slot.key == (b, 1))
+    ts = next(ts for ts, slot in ring[0].ordering.q.slots.items() if slot.key == (b, 1))
     holder = ring[0]
 
     def nack_from(src: str) -> list[bytes]:
@@ -378,10 +378,10 @@ def test_one_multicast_answers_several_nacks_for_the_same_hole() -> None:
     ring.now += holder.config.nack_timeout
     assert nack_from(c) == first, "a NACK after the window gets the packet again"
     for _ in range(8):  # answered NACKs have shown a 1 ms round trip: requesters ask again that much sooner
-        holder.nack_rtt.sample(0.001)
+        holder.repair.nack_rtt.sample(0.001)
     assert nack_from(d) == [] and holder.stats["nack_resends_suppressed"] == 2
-    ring.now += holder.nack_rtt.rto
-    assert holder.nack_rtt.rto < holder.config.nack_timeout / 2
+    ring.now += holder.repair.nack_rtt.rto
+    assert holder.repair.nack_rtt.rto < holder.config.nack_timeout / 2
     assert nack_from(d) == first, "the window is half the NACK timeout, which follows the round trip"
 
 
@@ -393,9 +393,9 @@ def test_a_tail_nack_goes_round_the_ring_a_hole_nack_stays_with_the_ack_sender()
     ring = Ring(4)
     _, b, c, _ = ring.pids
     engine = ring[3]
-    engine.last_ack_sender = b
-    assert [engine._nack_target(t) for t in range(4)] == [b, b, b, None]
-    assert [engine._nack_target(t, tail=True) for t in range(4)] == [b, c, None, None]
+    engine.token.last_ack_sender = b
+    assert [engine.repair.nack_target(t) for t in range(4)] == [b, b, b, None]
+    assert [engine.repair.nack_target(t, tail=True) for t in range(4)] == [b, c, None, None]
 
 
 def test_data_timer_resends_the_oldest_packet_first_then_twice_as_many_per_expiry() -> None:
@@ -408,7 +408,7 @@ def test_data_timer_resends_the_oldest_packet_first_then_twice_as_many_per_expir
     sent_before = ring[1].stats["data_retransmits"]
     bursts = []
     for _ in range(5):
-        ring.advance(ring[1].rto.deadline - ring.now + 0.001)
+        ring.advance(ring[1].sender.rto.deadline - ring.now + 0.001)
         sent = ring[1].stats["data_retransmits"]
         bursts.append(sent - sent_before)
         sent_before = sent
@@ -425,10 +425,10 @@ def test_data_round_trips_are_sampled_only_from_other_sites_acks() -> None:
     ring.send(0, b"a")  # A holds the token and orders its packet itself
     ring.flush()
     assert ring.delivered(1) == [b"a"]
-    assert ring[0].stats["acks_sent"] == 1 and ring[0].data_rtt.srtt is None
-    other = next(i for i in (1, 2) if ring[i].token_site != ring.pids[i])
+    assert ring[0].stats["acks_sent"] == 1 and ring[0].sender.data_rtt.srtt is None
+    other = next(i for i in (1, 2) if ring[i].token.token_site != ring.pids[i])
     ring.send(other, b"b")  # ordered by another site's ACK
     ring.flush()
     ring.advance(0.1)
     assert ring.delivered(other) == [b"a", b"b"]
-    assert ring[other].stats["acks_sent"] == 0 and ring[other].data_rtt.srtt is not None
+    assert ring[other].stats["acks_sent"] == 0 and ring[other].sender.data_rtt.srtt is not None

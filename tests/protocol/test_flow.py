@@ -71,7 +71,7 @@ def test_cuts_stop_at_the_window_floor_and_never_raise_a_smaller_window() -> Non
 
 def test_the_engine_floor_is_two_of_the_largest_packets_by_default() -> None:
     ring = Ring(2, EngineConfig(max_packet=16000, initial_window=64000, journal=True))
-    w = ring[0].window
+    w = ring[0].sender.window
     for i in range(6):
         w.congested(1.0 + i, 0.1)
     assert w.window == 32000
@@ -106,12 +106,12 @@ def test_engine_keeps_its_bytes_in_flight_within_the_window() -> None:
     for i in range(20):
         ring.send(1, bytes([i]) * 6000, QoS.TOTAL)
     sender = ring[1]
-    assert len(sender.outstanding) == 2  # a third would put 18000 bytes in flight
-    assert sum(p.size for p in sender.outstanding.values()) <= 16000
-    assert len(sender.send_queue) == 18  # 6000-byte messages are too large to pack within 16000 / 2
+    assert len(sender.sender.outstanding) == 2  # a third would put 18000 bytes in flight
+    assert sum(p.size for p in sender.sender.outstanding.values()) <= 16000
+    assert len(sender.sender.send_queue) == 18  # 6000-byte messages are too large to pack within 16000 / 2
     ring.advance(5.0)
     assert ring.delivered(0) == [bytes([i]) * 6000 for i in range(20)]
-    assert sender.window.window > 16000  # every packet ordered without loss: slow start grew the window
+    assert sender.sender.window.window > 16000  # every packet ordered without loss: slow start grew the window
 
 
 def test_a_nack_for_our_packet_halves_the_window_once() -> None:
@@ -119,11 +119,11 @@ def test_a_nack_for_our_packet_halves_the_window_once() -> None:
     sender = ring[1]
     ring.send(1, b"x", QoS.TOTAL)
     ring.advance(0.5)
-    before = sender.window.window
+    before = sender.sender.window.window
     nack = Nack(ring.view.view_id, ring.pids[2], None, 0, 0, False, (), ((ring.pids[1], 1),))
     sender.receive_packet(nack, ring.now)
     sender.receive_packet(nack, ring.now)
-    assert sender.window.window == before // 2 and sender.stats["window_halved_nack"] == 1
+    assert sender.sender.window.window == before // 2 and sender.stats["window_halved_nack"] == 1
 
 
 def test_packing_keeps_qos_boundaries_and_the_order_of_every_message() -> None:
@@ -163,18 +163,18 @@ def test_oversized_and_unfragmentable_sends_are_refused_clearly() -> None:
         ring.send(0, b"x" * 5001, QoS.TOTAL)
     with pytest.raises(MessageTooLarge, match="must fit one packet"):
         ring.send(0, b"x" * 1001, QoS.UNRELIABLE)
-    assert ring[0].next_seq == 1 and not ring[0].send_queue and not ring[0].outstanding
+    assert ring[0].next_seq == 1 and not ring[0].sender.send_queue and not ring[0].sender.outstanding
 
 
 def test_a_member_that_joined_mid_message_does_not_deliver_its_tail() -> None:
     ring = Ring(2, EngineConfig(max_packet=100, journal=True))
     engine = ring[1]
     tail = Data(ring.view.view_id, ring.pids[0], 5, QoS.SOURCE, None, Fragment(False, False, b"end"))
-    assert engine._messages_of(tail) == ()
+    assert engine.ordering.messages_of(tail) == ()
     assert engine.stats["fragments_before_join"] == 1
     head = Data(ring.view.view_id, ring.pids[0], 6, QoS.SOURCE, None, Fragment(True, True, b"ab"))
     last = Data(ring.view.view_id, ring.pids[0], 7, QoS.SOURCE, None, Fragment(False, False, b"c"))
-    assert engine._messages_of(head) == () and engine._messages_of(last) == (b"abc",)
+    assert engine.ordering.messages_of(head) == () and engine.ordering.messages_of(last) == (b"abc",)
 
 
 def test_an_overrun_member_holds_the_token_back_until_it_catches_up() -> None:
@@ -188,7 +188,7 @@ def test_an_overrun_member_holds_the_token_back_until_it_catches_up() -> None:
     accepts = slow.stats["token_accepts"]
     assert ring.delivered(2) == [b"first"] and accepts == 0  # nothing more is ordered anywhere
     slow.set_overrun(False, ring.now)
-    ring._collect(ring.pids[1])
+    ring.collect(ring.pids[1])
     ring.advance(1.0)
     assert all(ring.delivered(i) == [b"first", b"second"] for i in range(3))
     assert slow.stats["token_accepts"] > accepts and slow.stats["overruns"] == 1
@@ -204,8 +204,8 @@ def test_a_batch_is_packed_as_the_per_message_rule_would(sizes: list[int], queue
     sender = ring[1]
     sender.send_batch([b"q" * 4000], QoS.TOTAL, ring.now)  # in flight: what follows waits in the queue
     sender.send_batch([b"w" * queued], QoS.TOTAL, ring.now)  # a packet already waiting at the tail
-    limit = sender.window.packet_limit()
-    tail_seq, used, count, packable = sender.send_queue[-1].seq, queued + 5, 1, True
+    limit = sender.sender.window.packet_limit()
+    tail_seq, used, count, packable = sender.sender.send_queue[-1].seq, queued + 5, 1, True
     next_seq, expected = tail_seq + 1, []
     for size in sizes:
         if size > 2000:
@@ -231,12 +231,12 @@ def test_a_batch_is_packed_at_once_even_with_the_window_open() -> None:
     sender = ring[1]
     payloads = [bytes([i]) * 1000 for i in range(40)]
     seqs = sender.send_batch(payloads, QoS.TOTAL, ring.now)
-    ring._collect(ring.pids[1])
+    ring.collect(ring.pids[1])
     assert seqs is not None and seqs == sorted(seqs)
-    limit = sender.window.packet_limit()
+    limit = sender.sender.window.packet_limit()
     per_packet = limit // (1000 + 5)
     assert len(set(seqs)) == -(-40 // per_packet)  # as few packets as the limit allows, all sent at once
-    assert not sender.send_queue and len(sender.outstanding) == len(set(seqs))
+    assert not sender.sender.send_queue and len(sender.sender.outstanding) == len(set(seqs))
     ring.advance(1.0)
     for member in range(3):
         assert ring.delivered(member) == payloads
@@ -252,6 +252,6 @@ def test_a_batch_is_refused_whole() -> None:
     ring = Ring(2, EngineConfig(max_message=5000, journal=True))
     with pytest.raises(MessageTooLarge):
         ring[1].send_batch([b"ok", b"x" * 6000], QoS.TOTAL, ring.now)
-    assert ring[1].next_seq == 1 and not ring[1].send_queue
+    assert ring[1].next_seq == 1 and not ring[1].sender.send_queue
     ring[1].leave(ring.now)
     assert ring[1].send_batch([b"late"], QoS.TOTAL, ring.now) is None

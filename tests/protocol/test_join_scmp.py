@@ -13,7 +13,7 @@ from rmpd.protocol.multirpc import ScmpSettings
 from rmpd.protocol.packets import CallStatus, ListChangeRequest, NonMemberAck, Packet, encode
 from rmpd.protocol.process import RmpProcess
 
-from .net import Net
+from .harness import Net
 
 WALL0 = 1_700_000_000_000
 """Net's processes start with this wall clock (ms) at ``now == 0``."""
@@ -102,7 +102,7 @@ def group_formed_then_restarted() -> tuple[Net, ListChangeRequest]:
 def test_a_join_captured_before_every_member_restarted_is_refused() -> None:
     net, old_join = group_formed_then_restarted()
     founder = net[0].engines["g"]
-    assert founder.join_floor >= old_join.request_id // 1000
+    assert founder.changes.join_floor >= old_join.request_id // 1000
 
     inject(net, net.pids[2], old_join)
     advance(net, 0.5)
@@ -129,8 +129,8 @@ def test_the_floor_travels_to_joiners_and_every_token_site_refuses_the_replay() 
     net.do(2, lambda p, now: p.join("g", now))
     advance(net, 3.0)
     assert set(net.views(0)[-1]) == set(net.pids)
-    floor = net[0].engines["g"].join_floor
-    assert [net[i].engines["g"].join_floor for i in (1, 2)] == [floor, floor]
+    floor = net[0].engines["g"].changes.join_floor
+    assert [net[i].engines["g"].changes.join_floor for i in (1, 2)] == [floor, floor]
 
     # A process the group's table does not know replays a join captured before the crash, many times over, while
     # the token goes round: whichever member holds it refuses.
@@ -162,7 +162,7 @@ def test_a_founder_without_stable_storage_admits_joins_at_once() -> None:
     net.do(0, lambda p, now: p.create("g", now))
     net.do(1, lambda p, now: p.join("g", now))
     advance(net, 0.3)
-    assert net[0].engines["g"].join_floor == 0
+    assert net[0].engines["g"].changes.join_floor == 0
     assert net.views(1) == [tuple(net.pids)]
 
 
@@ -175,15 +175,15 @@ def test_the_join_table_forgets_departed_processes_and_the_floor_keeps_their_old
     advance(net, 2.0)
     assert net.pids[2] not in net.views(0)[-1]
     net.drop = lambda src, dst, p: False
-    lifetime_ms = net[0].engines["g"].calls.filter.estimator.estimate
+    lifetime_ms = net[0].engines["g"].relay.calls.filter.estimator.estimate
     advance(net, lifetime_ms / 1000 + 1.0)
 
     # A request from a member makes the token site collect the table.
     net.do(1, lambda p, now: p.lock("g", 7, now))
     advance(net, 1.0)
     tables = [net[i].engines["g"] for i in (0, 1)]
-    collected = [e for e in tables if net.pids[2] not in e.requests_done]
-    assert collected and all(e.join_floor >= old_join.request_id // 1000 for e in collected)
+    collected = [e for e in tables if net.pids[2] not in e.changes.requests_done]
+    assert collected and all(e.changes.join_floor >= old_join.request_id // 1000 for e in collected)
 
     inject(net, net.pids[2], old_join)
     advance(net, 1.0)

@@ -40,12 +40,12 @@ def test_a_source_resending_an_ordered_packet_makes_the_token_site_pass_the_toke
     ring.send(2, b"from-c")
     ring.advance(0.2)
     assert all(ring.delivered(i) == [b"from-c"] for i in range(3))
-    holder = next(i for i in range(3) if ring[i].have_token)
-    assert ring[holder].null_deadline is None, "the ring went quiet: the token stays where it is"
+    holder = next(i for i in range(3) if ring[i].token.have_token)
+    assert ring[holder].token.null.deadline is None, "the ring went quiet: the token stays where it is"
     resend = next(p for s, _, p in ring.log if s == c and isinstance(p, Data))
     resends_seen = ring[holder].stats["resent_after_order"]
     ring.engines[ring.pids[holder]].receive_datagram(encode(resend), c, ring.now)
-    ring._collect(ring.pids[holder])
+    ring.collect(ring.pids[holder])
     before = len(ring.log)
     ring.advance(0.01, step=0.001)
     passes = [p for s, _, p in ring.log[before:] if s == ring.pids[holder] and isinstance(p, Ack)]
@@ -97,7 +97,7 @@ def test_every_member_asks_the_source_for_a_packet_it_knows_exists_before_an_ack
     it until the source answers."""
     ring = Ring(3, EngineConfig(journal=True, rto_initial=1.0, nack_delay=0.002))
     a, b, c = ring.pids
-    assert ring[0].have_token
+    assert ring[0].token.have_token
     first = ring.send(2, b"one")
     _lose_first_copy(ring, c, {a, b}, first)
     ring.flush()
@@ -123,13 +123,13 @@ def test_a_confirmation_after_a_repair_is_no_round_trip_sample() -> None:
     ring.drop = late_to_b
     ring.send(2, b"from-c")
     ring.flush()
-    assert ring[1].accept_target is not None and not ring[1].have_token
-    accepted = ring.advance_until(lambda: ring[1].accepted_ts >= 1, 1.0)
+    assert ring[1].token.accept_target is not None and not ring[1].token.have_token
+    accepted = ring.advance_until(lambda: ring[1].token.accepted_ts >= 1, 1.0)
     assert accepted is not None and accepted >= held_back_until
     assert any(s == b and isinstance(p, Nack) for s, _, p in ring.log)
     ring.advance(0.01)
-    assert ring[0].pass_pending is None and ring[0].stats["ack_retransmits"] == 0, "confirmed, never resent"
-    assert ring[0].pass_rtt.srtt is None, "the only pass so far was confirmed after a repair"
+    assert ring[0].token.pass_pending is None and ring[0].stats["ack_retransmits"] == 0, "confirmed, never resent"
+    assert ring[0].token.pass_rtt.srtt is None, "the only pass so far was confirmed after a repair"
 
 
 def test_nack_timing_follows_the_round_trip_of_answered_nacks() -> None:
@@ -139,7 +139,7 @@ def test_nack_timing_follows_the_round_trip_of_answered_nacks() -> None:
     ring = Ring(3, config)
     b, c = ring.pids[1], ring.pids[2]
     engine = ring[2]
-    assert engine._nack_wait() == config.nack_delay
+    assert engine.repair.nack_wait() == config.nack_delay
     lost: set[int] = set()
 
     def lose_each_first_copy(src: str, dst: str, p: object) -> bool:
@@ -152,9 +152,9 @@ def test_nack_timing_follows_the_round_trip_of_answered_nacks() -> None:
     for n in range(6):
         ring.send(1, b"m%d" % n)
         assert ring.advance_until(lambda n=n: len(ring.delivered(2)) == n + 1, 1.0) is not None
-    assert engine.nack_rtt.srtt is not None and engine.nack_rtt.srtt < config.nack_delay
-    assert engine._nack_wait() == max(config.rto_min, engine.nack_rtt.srtt) < config.nack_delay
-    assert engine.nack_rtt.rto < config.nack_timeout
+    assert engine.repair.nack_rtt.srtt is not None and engine.repair.nack_rtt.srtt < config.nack_delay
+    assert engine.repair.nack_wait() == max(config.rto_min, engine.repair.nack_rtt.srtt) < config.nack_delay
+    assert engine.repair.nack_rtt.rto < config.nack_timeout
 
 
 def test_failure_detection_keeps_its_time_when_round_trips_are_short() -> None:
@@ -166,9 +166,9 @@ def test_failure_detection_keeps_its_time_when_round_trips_are_short() -> None:
     for n in range(6):  # the token goes round: passes are confirmed within a step, so the pass timer shrinks
         ring.send(n % 3, b"warm-%d" % n)
         ring.advance(0.02, step=0.001)
-    assert ring[0].pass_rtt.srtt is not None and ring[0].pass_rtt.rto < ring[0].config.rto_initial
+    assert ring[0].token.pass_rtt.srtt is not None and ring[0].token.pass_rtt.rto < ring[0].config.rto_initial
     ring.drop = lambda src, dst, p: b in (src, dst)  # B has crashed
-    while not ring[0].have_token:
+    while not ring[0].token.have_token:
         ring.advance(0.001, step=0.001)
     ring.send(0, b"x")
     ring.flush()  # A orders and passes the token to B
@@ -189,11 +189,11 @@ def _first_nack_delay(*, lose: str) -> float | None:
         assert ring.send(2, b"two") == victim + 1
     dropped = _lose_first_copy(ring, c, b, victim)
     ring.flush()
-    assert dropped and ring[1].accept_target is not None and not ring[1].have_token
+    assert dropped and ring[1].token.accept_target is not None and not ring[1].token.have_token
     passed = ring.now
     asked = ring.advance_until(lambda: any(s == b and isinstance(p, Nack) for s, _, p in ring.log), 0.2,
                                step=0.0005)
-    assert ring.advance_until(lambda: ring[1].accepted_ts >= 1, 1.0) is not None
+    assert ring.advance_until(lambda: ring[1].token.accepted_ts >= 1, 1.0) is not None
     return None if asked is None else asked - passed
 
 

@@ -7,7 +7,7 @@ from rmpd.protocol.events import Delivered, JoinFailed, Left, LockResult, ViewIn
 from rmpd.protocol.packets import ListChangeRequest, NewList
 from rmpd.protocol.qos import QoS
 
-from .net import Net
+from .harness import Net
 
 
 def group_of(n: int, config: EngineConfig | None = None) -> Net:
@@ -24,7 +24,7 @@ def test_joiner_is_placed_after_the_token_site_and_takes_the_token() -> None:
     a, b = net.pids[:2]
     assert net.views(1) == [(a, b)]
     assert net.views(0) == [(a,), (a, b)]
-    assert net[1].engines["g"].accepted_ts >= 1, "the joiner was named next token site and accepted"
+    assert net[1].engines["g"].token.accepted_ts >= 1, "the joiner was named next token site and accepted"
 
 
 def test_join_without_answer_forms_a_group_of_its_own() -> None:
@@ -83,7 +83,7 @@ def test_a_member_left_alone_by_a_leave_waits_on_no_token_pass() -> None:
         net.advance(10.0)
         engine = net[0].engines["g"]
         assert net.views(0)[-1] == (a,)
-        assert engine.pass_pending is None and engine.pass_timer.deadline is None
+        assert engine.token.pass_pending is None and engine.token.pass_timer.deadline is None
         assert engine.stats["failures_suspected"] == 0 and engine.stats["ack_retransmits"] == 0
         net.do(1, lambda p, now: p.join("g", now))
         net.advance(1.0)
@@ -208,7 +208,8 @@ def test_a_group_formed_by_joins_frees_what_every_member_holds() -> None:
     for i in range(3):
         engine = net[i].engines["g"]
         assert len([e for e in history(net, i) if not isinstance(e, tuple)]) >= 300
-        assert len(engine.q.slots) <= 3 and len(engine.data) <= 1, (i, len(engine.q.slots), engine.q.base)
+        q = engine.ordering.q
+        assert len(q.slots) <= 3 and len(engine.ordering.data) <= 1, (i, len(q.slots), q.base)
 
 
 def test_member_that_missed_a_new_list_while_waiting_asks_at_once() -> None:

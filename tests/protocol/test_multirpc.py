@@ -5,7 +5,7 @@ from __future__ import annotations
 from rmpd.protocol.events import CallAnswered, CallRequest, messages_of
 from rmpd.protocol.packets import CallStatus, NonMemberAck, NonMemberData, encode
 
-from .net import Net
+from .harness import Net
 
 CALLER = 3
 
@@ -43,7 +43,7 @@ def test_call_duplicated_five_times_runs_once_and_gets_one_reply() -> None:
     answers = net.of_type(CALLER, CallAnswered)
     assert [(a.call_id, a.reply, a.error) for a in answers] == [(call_id, b"HELLO", None)]
     # Every member's filter saw every relayed copy in the same order and decided alike.
-    counts = [net[i].engines["g"].calls.filter.counts for i in range(3)]
+    counts = [net[i].engines["g"].relay.calls.filter.counts for i in range(3)]
     assert counts[0] == counts[1] == counts[2]
 
 
@@ -51,7 +51,7 @@ def replay(net: Net, packet: NonMemberData) -> None:
     """Hand every member a copy of ``packet``, as a network that held it back would."""
     for pid in net.pids[:3]:
         net.procs[pid].receive_datagram(encode(packet), net.pids[CALLER], net.now)
-        net._collect(pid)
+        net.collect(pid)
 
 
 def test_copies_after_the_reply_get_the_stored_reply_not_a_second_run() -> None:

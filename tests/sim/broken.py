@@ -1,4 +1,6 @@
-"""Deliberately broken engines: each breaks one rule, so tests can show the checker notices."""
+"""Deliberately broken engines: each breaks one rule, so tests can show the checker notices.
+
+Each replaces one rule of one part of the engine (or one step of the engine itself) with a wrong one."""
 
 from __future__ import annotations
 
@@ -6,10 +8,11 @@ from dataclasses import replace
 from typing import Any
 
 from rmpd.protocol.engine import GroupEngine
-from rmpd.protocol.ids import ViewId
-from rmpd.protocol.membership import Change
+from rmpd.protocol.ids import ProcessId, ViewId
+from rmpd.protocol.membership import Change, apply_change
 from rmpd.protocol.packets import Data, ListChangeRequest, NewList
-from rmpd.protocol.qos import Level, QoS
+from rmpd.protocol.qos import Level
+from rmpd.protocol.view import View
 from rmpd.sim.runner import SimConfig, run_seed
 
 
@@ -27,15 +30,16 @@ def violated(config: SimConfig, factory: type[GroupEngine], seeds: range, wanted
 class AcceptsWithHoles(GroupEngine):
     """Accepts the token without holding every packet the ACK ordered."""
 
-    def _holds_through(self, ts: int) -> bool:
-        return True
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.ordering.holds_through = lambda ts: True  # type: ignore[method-assign]
 
 
 class DeliversTotalOnReceipt(GroupEngine):
     """Hands totally ordered messages to the application as soon as they arrive, before any ACK."""
 
     def _on_data(self, packet: Data, now: float) -> None:
-        fresh = packet.qos.level == Level.TOTAL and not self._delivered(packet.src, packet.seq)
+        fresh = packet.qos.level == Level.TOTAL and not self.ordering.delivered(packet.src, packet.seq)
         super()._on_data(packet, now)
         if fresh:
             self._deliver(packet, None, now, holders=1)
@@ -45,7 +49,7 @@ class DeliversDuplicates(GroupEngine):
     """Hands every copy of an unordered message to the application, duplicates included."""
 
     def _on_data(self, packet: Data, now: float) -> None:
-        if packet.qos.level == Level.UNORDERED and self._delivered(packet.src, packet.seq):
+        if packet.qos.level == Level.UNORDERED and self.ordering.delivered(packet.src, packet.seq):
             self._deliver(packet, None, now, holders=1)
             return
         super()._on_data(packet, now)
@@ -55,16 +59,17 @@ class IgnoresResilience(GroupEngine):
     """Delivers resilient messages as soon as they are ordered, as if one holder were enough (and journals the
     holders it really knew of)."""
 
-    def _holders_needed(self, qos: QoS, ts: int, size: int) -> int:
-        return 1
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.holdings.needed = lambda qos, ts, view: 1  # type: ignore[method-assign]
 
 
 class SourceOrderOnReceipt(GroupEngine):
     """Delivers source-ordered messages on receipt, ignoring gaps."""
 
     def _deliver_source_chain(self, src: str, now: float) -> None:
-        for (s, seq), packet in list(self.data.items()):
-            if s == src and packet.qos.level == Level.SOURCE and not self._delivered(s, seq):
+        for (s, seq), packet in list(self.ordering.data.items()):
+            if s == src and packet.qos.level == Level.SOURCE and not self.ordering.delivered(s, seq):
                 self._deliver(packet, None, now, holders=1)
 
 
@@ -73,8 +78,7 @@ class EveryoneHoldsTheToken(GroupEngine):
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self.have_token = True
-        self.incoming_quiet = 0
+        self.token.take(self.token.latest_ack_ts, 0)
 
 
 class SkipsOneMessage(GroupEngine):
@@ -82,7 +86,7 @@ class SkipsOneMessage(GroupEngine):
 
     def _deliver(self, packet: Data, ts: int | None, now: float, holders: int, need: int = 1) -> None:
         if ts == 5 and self.pid == self.view.members[1]:
-            self._mark_delivered(packet.src, packet.seq)
+            self.ordering.mark_delivered(packet.src, packet.seq)
             return
         super()._deliver(packet, ts, now, holders, need)
 
@@ -96,16 +100,21 @@ class CorruptsPayloads(GroupEngine):
         super()._deliver(packet, ts, now, holders, need)
 
 
+def _grant_held_locks(view: View, request: ListChangeRequest, token_site: ProcessId) -> Change:
+    change = apply_change(view, request, token_site)
+    if request.op == "lock" and not change.granted and request.arg is not None:
+        locks = dict(change.locks)
+        locks[request.arg] = request.src
+        return replace(change, locks=tuple(sorted(locks.items())), granted=True, changed=True)
+    return change
+
+
 class GrantsHeldLocks(GroupEngine):
     """Grants a lock even while another member holds it."""
 
-    def _apply_change(self, request: ListChangeRequest) -> Change:
-        change = super()._apply_change(request)
-        if request.op == "lock" and not change.granted and request.arg is not None:
-            locks = dict(change.locks)
-            locks[request.arg] = request.src
-            return replace(change, locks=tuple(sorted(locks.items())), granted=True, changed=True)
-        return change
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.changes.apply_change = _grant_held_locks
 
 
 class ReusesViewIds(GroupEngine):
@@ -113,7 +122,7 @@ class ReusesViewIds(GroupEngine):
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self.view_counter = FrozenCounter(self.pid)
+        self.changes.view_counter = self.reformation.view_counter = FrozenCounter(self.pid)  # type: ignore[assignment]
 
 
 class FrozenCounter:
@@ -130,15 +139,18 @@ class InstallsViewsEarly(GroupEngine):
 
     def _on_new_list(self, nl: NewList, now: float) -> None:
         super()._on_new_list(nl, now)
-        if nl.new_view in self.known_views and nl.request_src is not None and not self.departed:
-            view = self.known_views[nl.new_view]
-            if view.view_id != self.app_view.view_id and self.pid in view:
-                self.app_view = view
-                self._record("view", now, ts=nl.ts, members=list(view.members), locks=[], view=str(view.view_id))
+        views = self.views
+        if nl.new_view in views.known and nl.request_src is not None and not self.departed:
+            view = views.known[nl.new_view]
+            if view.view_id != views.app.view_id and self.pid in view:
+                views.app = view
+                self.outbox.record("view", now, ts=nl.ts, members=list(view.members), locks=[],
+                                   view=str(view.view_id))
 
 
 class IgnoresMinimumPartition(GroupEngine):
     """Lets a minority partition carry on, though the group asked for a majority."""
 
-    def _minimum_partition(self) -> int:
-        return 1
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.reformation.minimum_partition = lambda: 1  # type: ignore[method-assign]

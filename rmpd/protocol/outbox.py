@@ -1,0 +1,148 @@
+"""What one group's engine hands its caller: datagrams, application events and journal records, with the views
+they are stamped with.
+
+The parts of the engine write here; the engine's caller takes the lists (``take``).  This is the engine's half of
+the one output contract (``Outputs``) that the process and the trio runtime pass on unchanged.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from .config import EngineConfig
+from .events import Event, Transmit
+from .ids import ProcessId, ViewId
+from .packets import Ack, Data, NewList, Packet, RecoveryVote, encode
+from .view import View
+
+PACKET_NAMES = {
+    "Data": "data", "Ack": "ack", "Confirm": "confirm", "Nack": "nack", "NewList": "new_list",
+    "ListChangeRequest": "list_change_request", "RecoveryStart": "recovery_start",
+    "RecoveryVote": "recovery_vote", "RecoveryAckNewList": "recovery_ack_new_list",
+    "RecoveryAbort": "recovery_abort", "NonMemberData": "non_member_data", "NonMemberAck": "non_member_ack",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Outputs:
+    """Everything a sans-IO step produced: the one shape the engine, the process and their callers share.
+
+    ``persist``: a value of SCMP ``latest`` to write to stable storage and report back (process level only);
+    ``deadline``: when to call ``handle_timer`` next (None: only on new input)."""
+
+    datagrams: list[Transmit]
+    events: list[Event]
+    records: list[dict[str, Any]]
+    persist: int | None
+    deadline: float | None
+
+
+class Views:
+    """The views one member knows: the one it orders in, the one its application has seen, and every one it has
+    heard of (packets of other views are not for it)."""
+
+    __slots__ = ("app", "current", "known")
+
+    def __init__(self, view: View) -> None:
+        self.current = view
+        """The view packets are ordered in now (the latest New List known)."""
+        self.app = view
+        """The view the application has seen installed (changes when the New List is delivered)."""
+        self.known: dict[ViewId, View] = {view.view_id: view}
+
+
+def _ack_fields(packet: Ack) -> dict[str, Any]:
+    return {"ts": packet.ts, "src": packet.src, "next": packet.next_site,
+            "orders": [[s, n, q.name()] for s, n, q in packet.ids]}
+
+
+def _new_list_fields(packet: NewList) -> dict[str, Any]:
+    return {"ts": packet.ts, "src": packet.src, "next": packet.next_site, "orders": [],
+            "members": [m for m, _ in packet.members], "new_view": str(packet.new_view)}
+
+
+RECORD_FIELDS: dict[type, Callable[[Any], dict[str, Any]]] = {
+    Data: lambda p: {"src": p.src, "seq": p.seq, "qos": p.qos.name()},
+    Ack: _ack_fields,
+    NewList: _new_list_fields,
+    RecoveryVote: lambda p: {"ts": p.sync_ts, "src": p.src},
+}
+"""What a journal record of a sent or received packet carries, by packet type (the rest: ``ts`` and ``src``)."""
+
+
+class Outbox:
+    """Datagrams, events and journal records of one group, in the order they were made."""
+
+    def __init__(self, pid: ProcessId, group: str, config: EngineConfig, views: Views,
+                 stats: Counter[str]) -> None:
+        self.pid = pid
+        self.group = group
+        self.journal = config.journal
+        self.views = views
+        self.stats = stats
+        self.datagrams: list[Transmit] = []
+        self.events: list[Event] = []
+        self.records: list[dict[str, Any]] = []
+
+    def take_datagrams(self) -> list[Transmit]:
+        out, self.datagrams = self.datagrams, []
+        return out
+
+    def take_events(self) -> list[Event]:
+        out, self.events = self.events, []
+        return out
+
+    def take_records(self) -> list[dict[str, Any]]:
+        out, self.records = self.records, []
+        return out
+
+    def event(self, event: Event) -> None:
+        self.events.append(event)
+
+    def multicast(self, packet: Packet, now: float) -> bytes:
+        """Send to the group: one multicast, plus a unicast copy to each member that cannot receive multicast."""
+        data = encode(packet)
+        self.datagrams.append(Transmit(None, data, self.group))
+        for member in sorted(self.views.current.unicast_only):
+            if member != self.pid:
+                self.datagrams.append(Transmit(member, data, self.group))
+        self.stats["sent"] += 1
+        if self.journal:
+            self.record_packet("send", packet, now)
+        return data
+
+    def resend(self, data: bytes) -> None:
+        """Multicast again bytes made before (a token pass being retransmitted)."""
+        self.datagrams.append(Transmit(None, data, self.group))
+
+    def unicast(self, dest: ProcessId, packet: Packet, now: float) -> None:
+        self.datagrams.append(Transmit(dest, encode(packet), self.group))
+        self.stats["sent"] += 1
+        if self.journal:
+            self.record_packet("send", packet, now)
+
+    def record(self, event: str, now: float, **fields: Any) -> None:
+        if not self.journal:
+            return
+        record: dict[str, Any] = {
+            "v": 1, "node": self.pid, "group": self.group, "event": event, "view": str(self.views.app.view_id),
+            "ts": None, "src": None, "seq": None, "qos": None, "mono": now,
+        }
+        record.update(fields)
+        self.records.append(record)
+
+    def record_packet(self, event: str, packet: Packet, now: float) -> None:
+        if not self.journal:
+            return
+        fields: dict[str, Any] = {"packet": PACKET_NAMES[type(packet).__name__]}
+        if packet.view is not None:
+            fields["view"] = str(packet.view)
+        describe = RECORD_FIELDS.get(type(packet))
+        if describe is not None:
+            fields.update(describe(packet))
+        else:
+            fields.update(ts=getattr(packet, "ts", None), src=getattr(packet, "src", None))
+        self.record(event, now, **fields)

@@ -1,0 +1,124 @@
+"""Non-members' calls at one member (section 4.5, decided by SCMP at delivery: multirpc.py).
+
+The relay carries a non-member's call into the total order; every member runs the SCMP filter on it when it is
+delivered, in order, with the clock the relay stamped, so all decide alike; the responder acts on the verdict.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+from rmpd.scmp.filter import Verdict
+
+from .config import EngineConfig
+from .events import CallRequest, Delivered
+from .ids import ProcessId
+from .limits import check_one_packet
+from .multirpc import GroupCalls, ScmpSettings, relay_of
+from .outbox import Outbox, Views
+from .packets import RELAYED_TAG, CallStatus, Data, NonMemberAck, NonMemberData, Relayed
+from .qos import Level, QoS
+from .view import HANDLER_LOCKS
+
+
+class CallRelay:
+    """The group's side of non-members' calls: relaying them, deciding them, answering them."""
+
+    def __init__(self, pid: ProcessId, group: str, config: EngineConfig, views: Views, outbox: Outbox,
+                 stats: Counter[str], scmp: ScmpSettings) -> None:
+        self.pid = pid
+        self.group = group
+        self.config = config
+        self.views = views
+        self.outbox = outbox
+        self.stats = stats
+        self.calls = GroupCalls(scmp)
+        """The SCMP filter and the RPC server states (multirpc.py)."""
+        self.wall_offset = 0.0
+        """Seconds to add to ``now`` for this process's wall clock (the process sets it; SCMP stamps use it)."""
+
+    def wall_ms(self, now: float) -> int:
+        """This process's clock in ms (the caller passes ``now``; ``wall_offset`` maps it to wall-clock time)."""
+        return int((now + self.wall_offset) * 1000)
+
+    def relay(self, packet: NonMemberData, now: float) -> tuple[Relayed, QoS] | None:
+        """A non-member's call or message: what this member carries into the order (None: not this member's to
+        relay, or not acceptable).  Calls travel at least totally ordered, so every member decides in one order."""
+        if packet.handler is not None and not 0 <= packet.handler < HANDLER_LOCKS:
+            self.stats["call_bad_handler"] += 1
+            return None
+        if relay_of(self.views.current, packet.handler) != self.pid:
+            self.stats["call_not_relay"] += 1
+            return None
+        if len(packet.payload) > self.config.max_packet:
+            self.stats["call_too_large"] += 1
+            return None
+        if not self.calls.should_relay(packet.src, packet.conn, packet.stamp):
+            self.stats["call_copy_in_flight"] += 1
+            return None
+        qos = packet.qos if packet.qos.level >= Level.TOTAL else QoS(Level.TOTAL)
+        body = Relayed(RELAYED_TAG, packet.src, packet.conn, packet.stamp, packet.flags, self.wall_ms(now),
+                       packet.payload)
+        self.stats["calls_relayed"] += 1
+        return body, qos
+
+    def deliver(self, packet: Data, call: Relayed, ts: int | None, now: float) -> tuple[bytes, ...]:
+        """Every member runs the filter on the call here, in total order; the responder acts on the verdict.
+        Returns what was handed to the application as a delivery (the call, for a new call without handler)."""
+        view = self.views.current
+        handler = packet.handler
+        holder = view.lock_holder(handler) if handler is not None else None
+        if handler is not None and holder is None:
+            # Every member sees the same lock table here, so every member skips the filter alike: the call is not
+            # taken, and the caller may send it again once someone holds the handler.
+            self.calls.in_flight.discard((call.caller, call.conn, call.stamp))
+            if packet.src == self.pid:
+                self._answer(call, CallStatus.NO_HANDLER, None, now)
+            return ()
+        responder = holder if holder is not None else packet.src
+        verdict, _, answer = self.calls.decide(call, responder == self.pid, holder is not None)
+        accepted = verdict is Verdict.NEW
+        self.stats[f"calls_{verdict.value}"] += 1
+        self.outbox.record("scmp", now, conn=f"{call.caller}/{call.conn}", msg_ts=call.stamp, accepted=accepted,
+                           ts=ts, src=call.caller, qos=packet.qos.name())
+        delivered: tuple[bytes, ...] = ()
+        if accepted and holder is None:
+            self.outbox.event(Delivered(self.group, call.caller, call.stamp, packet.qos, ts, view.view_id, None,
+                                        (call.payload,)))
+            delivered = (call.payload,)
+        elif accepted and holder == self.pid:
+            self.outbox.event(CallRequest(self.group, call.caller, call.conn, call.stamp, handler or 0,
+                                          call.payload, view.view_id))
+        if answer is not None and (holder is not None or answer.status is not CallStatus.ACK
+                                   or call.flags & NonMemberData.FLAG_ACK):
+            self._answer(call, answer.status, answer.reply, now)
+        return delivered
+
+    def _answer(self, call: Relayed, status: CallStatus, reply: bytes | None, now: float) -> None:
+        self.stats[f"call_answer_{status.name.lower()}"] += 1
+        self.outbox.unicast(call.caller, NonMemberAck(self.views.current.view_id, self.pid, call.conn, call.stamp,
+                                                      status, reply), now)
+
+    def reply(self, caller: ProcessId, conn: int, stamp: int, payload: bytes, now: float) -> bool:
+        """The application's answer to a :class:`CallRequest`; kept for copies of the call.  False when the call
+        is no longer this member's to answer.  MessageTooLarge, before anything is kept, for a reply over one
+        packet: a kept reply is sent again for every copy of the call."""
+        check_one_packet(self.config, payload, "a reply")
+        if not self.calls.server.complete((caller, conn), stamp, payload, self.calls.clock):
+            self.stats["reply_stale"] += 1
+            return False
+        self.stats["call_answer_reply"] += 1
+        self.outbox.unicast(caller, NonMemberAck(self.views.current.view_id, self.pid, conn, stamp,
+                                                 CallStatus.REPLY, payload), now)
+        return True
+
+    def reply_acked(self, packet: NonMemberAck) -> None:
+        """The caller got our reply: it need not be kept (figure 3-1, REPLY-ACK)."""
+        self.calls.server.reply_acked((packet.src, packet.conn), packet.stamp)
+
+    def describe(self, join_floor: int) -> dict[str, Any]:
+        """What ``rmp status`` shows of SCMP: the call filter, and the join floor with the joins it refused here."""
+        return {**self.calls.filter.describe(), "join_floor": join_floor,
+                "joins_refused": self.stats["joins_refused_summary"],
+                "joins_too_early": self.stats["joins_refused_too_early"]}

@@ -1,0 +1,356 @@
+"""Repair at one member: NACKs for holes in the OrderingQ, asking sources for gaps in their sequence, hints for
+views it missed, stall detection, and answering other members' NACKs (sections 4.2 and 4.6).
+
+A hole is NACKed after a short wait (so a merely reordered packet is not asked for), to the site most likely to
+hold it, then to anyone; a member named next token site NACKs at once, since the whole ring waits on it.  A stall
+(undelivered messages or own packets waiting, and no new ACK) sends tail NACKs that ask for anything after the
+newest ACK known here, and after ``STALL_NACKS`` of them the member suspects a failure.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable
+from itertools import islice
+
+from .config import EngineConfig
+from .flow import RttEstimator
+from .ids import ProcessId
+from .ordering import Ordering
+from .orderingq import SlotKind, SlotState
+from .outbox import Outbox, Views
+from .packets import Nack, NewList, Packet
+from .timers import Deadline
+from .token import Token
+
+STALL_NACKS = 3
+"""Tail NACKs left unanswered before a stall is taken for a failure (docs/protocol.md, "Tail NACKs")."""
+
+NAMED_HOLE_SCAN = 256
+"""How many slots before a pass's last one ``named_with_holes`` examines (NACKs name at most 256 holes too)."""
+
+NACK_LIST = 256
+"""Timestamps, and (source, sequence) pairs, one NACK asks for at most."""
+
+
+class Repair:
+    """Everything one member asks others for, and answers them."""
+
+    def __init__(self, pid: ProcessId, config: EngineConfig, views: Views, ordering: Ordering, token: Token,
+                 outbox: Outbox, stats: Counter[str], *, start_ts: int,
+                 suspect: Callable[[float, str], None]) -> None:
+        """``suspect``: what to do when repair gives up on a member (the engine starts a reformation)."""
+        self.pid = pid
+        self.config = config
+        self.views = views
+        self.ordering = ordering
+        self.token = token
+        self.outbox = outbox
+        self.stats = stats
+        self.suspect = suspect
+        self.nack = Deadline()
+        self.nack_tries = 0
+        self.nack_rtt = RttEstimator(config.nack_timeout, config.rto_min, config.nack_timeout)
+        """First NACK for a hole -> the hole filled: how soon to NACK a hole, and to NACK it again."""
+        self.nack_first_at: float | None = None
+        """When the current hole was first NACKed (None: not yet); its answer times the round trip only while that
+        NACK was not resent (``nack_tries`` is 1: Karn's rule)."""
+        self.multicast_resends: dict[tuple[int, ProcessId | None, int], float] = {}
+        """When each packet was last multicast again for a NACK, keyed by (timestamp, None, 0) for what the
+        OrderingQ holds and (-1, src, seq) for unordered data: see ``answer``."""
+        self.nack_contig = start_ts
+        """The first missing timestamp the current NACKs are about is the one after this."""
+        self.gap = Deadline()
+        """When to ask sources for packets of theirs known to exist but not held here: see ``ask_sources``."""
+        self.gap_tries = 0
+        self.gap_first: tuple[ProcessId, int] | None = None
+        """The first such packet the current asking is about: a new one starts the wait and the back-off afresh."""
+        self.gappy: dict[ProcessId, None] = {}
+        """Sources a packet arrived from while an earlier unordered one of theirs was not held (maybe a gap); a dict
+        as an ordered set, so that which gap is asked for first does not depend on string hashing."""
+        self.stall = Deadline()
+        self.stall_tries = 0
+        self.hint_target: ProcessId | None = None
+        """A member of our view that spoke in a view we do not know: it can send us the New Lists we missed."""
+        self.passed_by = False
+        """Since our last new ACK, a member of our view passed the token in a view we do not know, at a timestamp
+        beyond any we know: the ring moved on past a view change we missed (see the stall, ``watch``)."""
+        self.hint = Deadline()
+        self.hint_quiet_until = 0.0
+        self.hint_gap = config.nack_timeout
+
+    # ------------------------------------------------------------------------------------------------------------
+    # Asking
+
+    def nack_target(self, tries: int, *, tail: bool = False) -> ProcessId | None:
+        """Who a NACK after ``tries`` unanswered ones names.
+
+        The sender of the newest ACK known here: it accepted the token, so it held every packet before its ACK,
+        and it holds what its ACK ordered.  An unanswered NACK for those packets most often means the NACK or its
+        answer was lost, so it goes to the same site again.  A tail NACK asks for what comes after the newest ACK
+        known here, which that site may have missed too, so it goes round the ring from there (or to the member a
+        hint named).  After ``nack_rotate`` tries a NACK names no one and any holder answers (which also gets past
+        a failed target); so does the last tail NACK before a stall is taken for a failure, or three losses in a
+        row under heavy loss would start a needless reformation."""
+        view = self.views.current
+        if tail and tries >= STALL_NACKS - 1:
+            return None
+        if tail and self.hint_target is not None:
+            return self.hint_target
+        if tries >= self.config.nack_rotate or view.size == 1:
+            return None
+        token = self.token
+        base = next((m for m in (token.last_ack_sender, token.token_site) if m in view), view.members[0])
+        target = view.next_after(base, tries) if tail else base
+        if target == self.pid:
+            target = view.next_after(target)
+        return target if target != self.pid else None
+
+    def hole_filled(self, now: float) -> None:
+        """The first missing timestamp moved on: time the NACK that asked for it, and start afresh on the next."""
+        if self.nack_tries == 1 and self.nack_first_at is not None:
+            self.nack_rtt.sample(now - self.nack_first_at)
+        self.nack_contig = self.ordering.q.contig
+        self.nack_tries = 0
+        self.nack.stop()
+        self.nack_first_at = None
+
+    def named_with_holes(self) -> bool:
+        """Is the token passed to us and held up by a packet its ACK ordered that is lost, not merely late?
+
+        The whole ring waits until we accept, so such a hole is NACKed at once instead of after ``nack_wait``,
+        and the NACK also tells the passing site that its pass arrived (``Token.heard_of``): a slow repair then
+        neither waits for a resent pass nor inflates the pass round trip.  Lost, not late: we hold a later packet
+        of the same source, and a source's packets travel in order (a reordering on the way would cost one
+        needless resend, and its NACK would halve the source's window).  Only the last ``NAMED_HOLE_SCAN`` slots
+        are looked at, so a member far behind does not scan its whole gap after every datagram."""
+        target = self.token.accept_target
+        q = self.ordering.q
+        if target is None or self.nack_tries or q.contig >= target[1]:
+            return False
+        slots = q.slots
+        lacking: set[ProcessId] = set()
+        for ts in range(max(q.contig + 1, target[1] - NAMED_HOLE_SCAN), target[1] + 1):
+            slot = slots.get(ts)
+            if slot is None or slot.key is None:
+                continue
+            src = slot.key[0]
+            if not slot.have:
+                lacking.add(src)
+            elif src in lacking:
+                return True
+        return any(self.ordering.unordered.get(src) for src in lacking)
+
+    def nack_wait(self) -> float:
+        """How long a new hole waits for its first NACK: long enough for a merely reordered packet to arrive, which
+        on a network whose NACKs are answered within a round trip is about that round trip (the RACK reordering
+        window of TCP is a quarter of one), never more than ``nack_delay``."""
+        srtt = self.nack_rtt.srtt
+        if srtt is None:
+            return self.config.nack_delay
+        return min(self.config.nack_delay, max(self.config.rto_min, srtt))
+
+    def nack_retry_after(self, tries: int) -> float:
+        """How long the NACK sent after ``tries`` unanswered ones waits for its answer: the timeout of the NACK
+        round trip while it names the same site (the paper resends "if there is no response within the specified
+        timeout"; under random loss an unanswered NACK is a lost NACK or a lost answer, and doubling would make a
+        repair that failed twice wait four timeouts, with the whole ring waiting on it), then doubling once it
+        names no one, up to what doubling ``nack_timeout`` five times gives."""
+        doublings = min(max(0, tries - self.config.nack_rotate + 1), 32)  # the clamp is reached long before
+        return min(self.nack_rtt.rto * 2.0 ** doublings, self.config.nack_timeout * 32, self.config.rto_max)
+
+    def send_nack(self, now: float, *, tail: bool) -> None:
+        missing = self.ordering.q.missing(NACK_LIST)
+        if tail:
+            tries = self.stall_tries
+            self.stall_tries += 1
+            delay = min(self.config.stall_timeout * (2 ** min(self.stall_tries, 4)), self.config.rto_max)
+            self.stall.deadline = now + delay
+        else:
+            self.nack.stop()
+            if not missing:
+                return
+            tries = self.nack_tries
+            self.nack_tries += 1
+            if tries == 0:
+                self.nack_first_at = now
+            self.nack.deadline = now + self.nack_retry_after(tries)
+        self.emit(now, self.nack_target(tries, tail=tail), tail=tail, missing=missing)
+
+    def watch_source_gaps(self, now: float, frozen: bool) -> None:
+        """Arm ``ask_sources`` while a source's packet is known missing: after the reordering wait for a new first
+        gap, keeping the back-off while the same one stays unfilled."""
+        if not self.gappy and self.gap_first is None:
+            return  # the common case, after every datagram: no source is known to have a gap
+        gaps = self.ordering.source_gaps(self.gappy, self.views.current, 1) if self.gappy and not frozen else []
+        first = gaps[0] if gaps else None
+        if first != self.gap_first:
+            self.gap_first = first
+            self.gap_tries = 0
+            self.gap.deadline = None if first is None else now + self.nack_wait()
+
+    def ask_sources(self, now: float) -> None:
+        """Ask sources for their packets we know exist but lack, before any ACK orders them (a NACK whose ``data``
+        names them, naming the first one's source, no one after ``nack_rotate`` tries; unanswered, again after
+        ``nack_retry_after``).  The token site cannot order a source's later packets without the missing one,
+        and the next site cannot accept the token until it holds what an ACK ordered: asked for only then, the
+        repair is a round trip on the ring's path at every pass; asked for on arrival, it is most often done
+        before the token comes (docs/protocol.md, "NACKs")."""
+        gaps = self.ordering.source_gaps(self.gappy, self.views.current, self.config.nack_response_limit)
+        if not gaps:
+            self.gap.stop()
+            return
+        tries = self.gap_tries
+        self.gap_tries += 1
+        self.gap.deadline = now + self.nack_retry_after(tries)
+        source = gaps[0][0]
+        target = source if tries < self.config.nack_rotate and source in self.views.current else None
+        self.stats["gap_nacks_sent"] += 1
+        self.emit(now, target, tail=False, missing=[], data=gaps)
+
+    def emit(self, now: float, target: ProcessId | None, *, tail: bool, missing: list[int],
+             data: list[tuple[ProcessId, int]] | None = None) -> None:
+        q = self.ordering.q
+        for ts in missing:
+            q.slots[ts].state = SlotState.REQUESTED
+        nack = Nack(self.views.current.view_id, self.pid, target, q.contig, q.high, tail, tuple(missing),
+                    tuple(data or ()))
+        self.stats["tail_nacks_sent" if tail else "nacks_sent"] += 1
+        self.outbox.multicast(nack, now)
+
+    def unknown_view(self, src: ProcessId, now: float, frozen: bool) -> None:
+        """A member speaks in a view we have not seen: we missed a New List.  Ask that member for what follows.
+
+        The ring waits for us (the token site retransmits its pass in the new view), so ask soon, after
+        ``nack_delay`` in case the New List is merely behind the packet, and again at doubling gaps while the hints
+        go on, rather than waiting for the stall timer.  These requests do not count towards suspecting a
+        failure: the witness is evidently alive."""
+        self.stats["unknown_view_hints"] += 1
+        if frozen:
+            return
+        self.hint_target = src
+        if self.hint.deadline is None and now >= self.hint_quiet_until:
+            self.hint.deadline = now + self.config.nack_delay
+
+    def token_moved(self) -> None:
+        """A new ACK: the ring moves, so no stall, and no hint is needed any more."""
+        self.stall.stop()
+        self.stall_tries = 0
+        self.hint_target = None
+        self.passed_by = False
+        self.hint.stop()
+        self.hint_gap = self.config.nack_timeout
+
+    def watch(self, now: float, *, waiting: bool, frozen: bool) -> None:
+        """After every input: NACK holes (the first NACK waits a little so reordering alone does not cause one),
+        and time a stall while ``waiting`` (for deliveries, the token, or own packets to be ordered)."""
+        q = self.ordering.q
+        if q.contig != self.nack_contig:
+            self.hole_filled(now)
+        if q.contig < q.high:
+            if self.named_with_holes():
+                self.nack.deadline = now  # the ring waits on us: ask at once
+            elif self.nack.deadline is None:
+                self.nack.deadline = now + self.nack_wait()
+        else:
+            self.nack.stop()
+        self.watch_source_gaps(now, frozen)
+        if waiting and self.stall.deadline is None:
+            self.stall.deadline = now + self.config.stall_timeout
+        elif not waiting:
+            self.stall.stop()
+            self.stall_tries = 0
+
+    # ------------------------------------------------------------------------------------------------------------
+    # Timers
+
+    def nack_due(self, now: float, frozen: bool) -> None:
+        if (self.nack_tries >= self.config.nack_rotate + self.config.fail_retries and not frozen
+                and self.nack_first_at is not None and now - self.nack_first_at >= self.config.fail_after):
+            self.suspect(now, "nack")
+        self.send_nack(now, tail=False)
+
+    def hint_due(self, now: float, frozen: bool) -> None:
+        self.hint.stop()
+        if self.hint_target is not None and not frozen:
+            self.stats["hint_nacks_sent"] += 1
+            self.emit(now, self.hint_target, tail=True, missing=self.ordering.q.missing(NACK_LIST))
+            self.hint_quiet_until = now + self.hint_gap
+            self.hint_gap = min(self.hint_gap * 2, self.config.rto_max)
+
+    def stall_due(self, now: float) -> None:
+        if self.stall_tries >= STALL_NACKS:
+            self.stall.stop()
+            self.suspect(now, "stall")
+        else:
+            self.send_nack(now, tail=True)
+
+    def catch_up(self, target: tuple[int, dict[ProcessId, int]], now: float) -> None:
+        """During a reformation: NACK, to anyone, whatever separates this member from the sync point ``target``."""
+        ts, seqs = target
+        q, ordering = self.ordering.q, self.ordering
+        # Lazily, and only as many as one NACK carries: a sync point far ahead must not build huge lists.
+        missing = list(islice((t for t in range(q.contig + 1, ts + 1) if (s := q.get(t)) is None or not s.have),
+                              NACK_LIST))
+        wanted = list(islice(((src, n) for src, high in seqs.items()
+                              for n in range(ordering.src_next.get(src, 1), high + 1)
+                              if (src, n) not in ordering.data), NACK_LIST))
+        if missing or wanted:
+            self.stats["recovery_nacks"] += 1
+            self.outbox.multicast(Nack(self.views.current.view_id, self.pid, None, q.contig, q.high, False,
+                                       tuple(missing), tuple(wanted)), now)
+
+    # ------------------------------------------------------------------------------------------------------------
+    # Answering
+
+    def answer(self, nack: Nack, now: float) -> None:
+        """Resend what a NACK asks for.  A NACK naming this process is answered by multicast (others likely lack the
+        same packets); a tail NACK, or one naming no one (which every holder answers), only to the requester."""
+        if nack.target is not None and nack.target != self.pid:
+            return
+        self.stats["nacks_answered"] += 1
+        q = self.ordering.q
+        data = self.ordering.data
+        limit = self.config.nack_response_limit
+        resend: list[int] = list(nack.missing)
+        if nack.tail:
+            start = max(nack.upto + 1, q.base)
+            resend.extend(range(start, min(q.high, start + limit - 1) + 1))
+        privately = nack.tail or nack.target is None
+        found: list[tuple[tuple[int, ProcessId | None, int], Packet]] = []
+        for ts in resend:
+            slot = q.get(ts)
+            if slot is None or not slot.have:
+                continue
+            if slot.kind is SlotKind.ACK or isinstance(slot.packet, NewList):
+                found.append(((ts, None, 0), slot.packet))  # type: ignore[arg-type]
+            elif slot.kind is SlotKind.DATA and slot.key is not None:
+                found.append(((ts, None, 0), data[slot.key]))
+        found.extend(((-1, *key), data[key]) for key in nack.data if key in data)
+        del found[limit:]  # bounded: the requester asks again for the rest
+        if privately:
+            for _, packet in found:
+                self.outbox.unicast(nack.src, packet, now)
+            return
+        # Several members often NACK one hole within a few ms, before the first answer reached them; one multicast
+        # answers them all.  A requester whose copy was lost asks again after its NACK timeout, past this window
+        # (half of ours: NACKs here and there are timed from round trips on the same network).
+        recent = self.multicast_resends
+        window = self.nack_rtt.rto / 2
+        if len(recent) > 4 * limit:
+            self.multicast_resends = recent = {k: t for k, t in recent.items() if now - t < window}
+        for key, packet in found:
+            if now - recent.get(key, -window) < window:
+                self.stats["nack_resends_suppressed"] += 1
+                continue
+            recent[key] = now
+            self.outbox.multicast(packet, now)
+
+    def own_named(self, nack: Nack) -> list[int]:
+        """Sequence numbers of this process's packets that ``nack`` asks for."""
+        own = [seq for src, seq in nack.data if src == self.pid]
+        for ts in nack.missing:
+            slot = self.ordering.q.get(ts)
+            if slot is not None and slot.key is not None and slot.key[0] == self.pid:
+                own.append(slot.key[1])
+        return own

@@ -1,0 +1,179 @@
+"""The sending side of one member: the queue, packing, fragments, the window and retransmission (section 4.6).
+
+Messages handed over together are packed together whatever the window: each joins the packet at the queue's tail
+while it has room, and only then does the window decide what leaves.  None of them is held back for it, so this
+costs no latency, and a busy sender pays one datagram, one slot of the order and one ACK entry per packet instead
+of per message.  A message larger than ``max_packet`` goes as pieces with consecutive sequence numbers.
+
+Own packets stay outstanding until an ACK orders them; the data timer resends the oldest first.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections import Counter, deque
+from collections.abc import Callable, Sequence
+
+from .config import EngineConfig
+from .flow import CongestionControl, RttEstimator, make_congestion_control
+from .ids import ProcessId, ViewId
+from .packets import Data, Relayed
+from .packing import Queued
+from .qos import Level, QoS
+from .timers import Backoff
+
+
+class Sender:
+    """Own packets: queued, in flight (outstanding), and the timer that resends them."""
+
+    def __init__(self, pid: ProcessId, config: EngineConfig, stats: Counter[str], *, first_seq: int,
+                 first_unreliable_seq: int, emit: Callable[[Data, float], None]) -> None:
+        """``emit``: sends a new own packet and holds it like any received one (the engine's)."""
+        self.pid = pid
+        self.config = config
+        self.stats = stats
+        self.emit = emit
+        self.next_seq = first_seq
+        self.next_unreliable_seq = first_unreliable_seq
+        self.outstanding: dict[int, Data] = {}
+        """Own packets sent and not yet ordered, oldest first."""
+        self.send_queue: deque[Queued] = deque()
+        """Packets accepted and not yet sent: the window holds them back."""
+        self.rto = Backoff(config.rto_initial, config.rto_max, config.fail_after)
+        self.window: CongestionControl = make_congestion_control(config)
+        self.data_rtt = RttEstimator(config.rto_initial, config.rto_min, config.rto_max)
+        """Send -> ordering time of our own packets: the data retransmission timer."""
+        self.first_sent: dict[int, float] = {}
+        """When each outstanding packet of ours was sent, for packets not retransmitted (Karn's rule)."""
+
+    @property
+    def idle(self) -> bool:
+        """Nothing queued or in flight."""
+        return not self.outstanding and not self.send_queue
+
+    def queue(self, payloads: Sequence[bytes], qos: QoS, handler: int | None) -> list[int]:
+        """Queue reliable messages, packing them into the packet at the queue's tail while it has room."""
+        config = self.config
+        seqs: list[int] = []
+        queue = self.send_queue
+        limit = self.window.packet_limit()
+        i, count = 0, len(payloads)
+        while i < count:
+            payload = payloads[i]
+            if len(payload) > config.max_packet:
+                seqs.append(self._queue_fragments(payload, qos, handler))
+                i += 1
+                continue
+            tail = queue[-1] if queue else None
+            if tail is not None and tail.packs(qos, handler):
+                end = tail.take_run(payloads, i, limit, config.max_packet)
+                if end > i:
+                    seqs.extend(itertools.repeat(tail.seq, end - i))
+                    self.stats["packed"] += end - i
+                    i = end
+                    continue
+            queue.append(Queued(self.next_seq, qos, handler, [payload], len(payload)))
+            seqs.append(self.next_seq)
+            self.next_seq += 1
+            i += 1
+        return seqs
+
+    def _queue_fragments(self, payload: bytes, qos: QoS, handler: int | None) -> int:
+        """A message larger than MAX_PACKET goes as pieces with consecutive sequence numbers; it is delivered
+        whole, at the place of its last piece, which is also the sequence number the sender gets.  Pieces of an
+        unordered message travel source ordered, so every member reassembles them in sequence."""
+        if qos.level == Level.UNORDERED:
+            qos = QoS(Level.SOURCE)
+        size = self.config.max_packet
+        count = -(-len(payload) // size)
+        for i in range(count):
+            chunk = payload[i * size:(i + 1) * size]
+            self.send_queue.append(Queued(self.next_seq, qos, handler, [chunk], len(chunk), more=i < count - 1,
+                                          first=i == 0))
+            self.next_seq += 1
+        self.stats["fragmented"] += 1
+        return self.next_seq - 1
+
+    def queue_relayed(self, body: Relayed, qos: QoS, handler: int | None, size: int) -> None:
+        """A non-member's call this member carries into the order."""
+        self.send_queue.append(Queued(self.next_seq, qos, handler, [], size, relayed=body))
+        self.next_seq += 1
+
+    def unreliable(self, view_id: ViewId, payload: bytes, qos: QoS, handler: int | None) -> Data:
+        seq = self.next_unreliable_seq
+        self.next_unreliable_seq += 1
+        return Data(view_id, self.pid, seq, qos, handler, payload)
+
+    def fill_window(self, view_id: ViewId, now: float) -> None:
+        """Send queued packets while the window (bytes and packets in flight) allows."""
+        queue = self.send_queue
+        while queue and len(self.outstanding) < self.config.window_packets and self.window.may_send(queue[0].size):
+            packet = queue.popleft().packet(view_id, self.pid)
+            self.in_flight_again(packet)
+            self.first_sent[packet.seq] = now
+            if self.rto.deadline is None:
+                self._start_rto(now)
+            self.emit(packet, now)
+
+    def in_flight_again(self, packet: Data) -> None:
+        """``packet`` is outstanding (sent now, or unordered again by a reformation)."""
+        if packet.seq not in self.outstanding:
+            self.outstanding[packet.seq] = packet
+            self.window.sent(packet.size)
+
+    def _start_rto(self, now: float) -> None:
+        self.rto.initial = self.data_rtt.rto
+        self.rto.start(now)
+
+    def retransmit(self, now: float, multicast: Callable[[Data, float], object]) -> None:
+        """The data timer expired: resend the oldest outstanding packet, then twice as many per expiry in a row
+        (as TCP resends one segment on a timeout): a timer that fired because the ring was slow, not because
+        packets were lost, costs one resend."""
+        if not self.outstanding:
+            self.rto.stop()
+            return
+        if self.window.congested(now, self.data_rtt.rto):
+            self.stats["window_halved_timeout"] += 1
+        burst = min(self.config.retransmit_burst, 1 << min(self.rto.retries, 16))
+        for i, packet in enumerate(self.outstanding.values()):
+            if i >= burst:
+                break
+            self.stats["data_retransmits"] += 1
+            self.first_sent.pop(packet.seq, None)
+            multicast(packet, now)
+        self.rto.back_off(now)
+
+    def ring_moved(self, now: float) -> None:
+        """A new ACK: the ring is ordering, so our packets are waiting their turn (at the latest the token reaches
+        us and we order them ourselves), not lost; the data timer measures a ring that stopped moving."""
+        if self.outstanding and self.rto.deadline is not None:
+            self._start_rto(now)
+
+    def ordered(self, seq: int, now: float, sample: bool) -> bool:
+        """An ACK ordered our packet ``seq``; True when it was outstanding.
+
+        ``sample``: the ordering ACK came from another site, so send-to-ordering is a round trip of the ring.
+        Packets we order ourselves as token site take no time at all; counted, they would pull the data timer to
+        its floor while the token takes several ms to come round under load."""
+        packet = self.outstanding.pop(seq, None)
+        if packet is None:
+            return False
+        sent_at = self.first_sent.pop(seq, None)
+        if sent_at is not None and sample:
+            self.data_rtt.sample(now - sent_at)
+        self.window.ordered(packet.size)
+        if self.outstanding:
+            self._start_rto(now)
+        else:
+            self.rto.stop()
+        return True
+
+    def nacked(self, seqs: list[int], now: float) -> None:
+        """A NACK asks for packets of ours: a receiver is overrun; halve the send window (once per lost packet,
+        section 4.6)."""
+        if seqs and self.window.nack_named(max(seqs), now, self.data_rtt.rto):
+            self.stats["window_halved_nack"] += 1
+
+    def unfreeze(self, now: float) -> None:
+        if self.outstanding:
+            self.rto.start(now)

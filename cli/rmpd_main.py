@@ -13,10 +13,10 @@ from typing import Annotated
 import trio
 import typer
 
-from rmpd.daemon.auth import generate_key_file
 from rmpd.daemon.config import ConfigError, load_config
 from rmpd.daemon.daemon import run_daemon
 from rmpd.daemon.server import SocketInUse
+from rmpd.runtime.auth import generate_key_file
 from rmpd.scmp.latest import LatestStoreError
 
 app = typer.Typer(name="rmpd", help="The RMP daemon: one RMP process per host.", add_completion=False)

@@ -28,10 +28,10 @@ import trio
 
 import rmpd
 from rmpd.client.group import Group
-from rmpd.daemon.config import max_packet_for
-from rmpd.daemon.sockets import MAX_DATAGRAM, open_multicast, open_unicast
 from rmpd.protocol.config import EngineConfig
 from rmpd.protocol.qos import QoS
+from rmpd.runtime.net import max_packet_for
+from rmpd.runtime.sockets import MAX_DATAGRAM, open_multicast, open_unicast
 
 RAW_BATCH = 64
 """Datagrams read or sent between checks of the clock, as the daemon's receive loop batches them."""

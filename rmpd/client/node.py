@@ -1,7 +1,7 @@
 """``rmpd.Node``: an RMP process inside the program's own trio run, with the same join/Group API as a client.
 
 For programs that are group members themselves (no daemon in between): the node owns the UDP sockets and runs the
-same :class:`rmpd.daemon.shell.ProcessShell` the daemon runs.  Engine events are turned into Group events here;
+same :class:`rmpd.runtime.loop.ProcessLoop` the daemon runs.  Engine events are turned into Group events here;
 requests that wait for the protocol (join, lock) park a trio.Event until the matching event arrives.
 """
 
@@ -16,11 +16,6 @@ from types import TracebackType
 
 import trio
 
-from rmpd.daemon.auth import DatagramGuard, load_key_file
-from rmpd.daemon.config import interface_address, loopback_interface, max_packet_for
-from rmpd.daemon.hub import OVERRUN_GRACE
-from rmpd.daemon.journal import FlushingJournal
-from rmpd.daemon.shell import ProcessShell
 from rmpd.protocol.config import EngineConfig
 from rmpd.protocol.events import CallAnswered, Delivered, JoinFailed, Left, LockResult, ViewInstalled
 from rmpd.protocol.events import CallRequest as EngineCallRequest
@@ -30,6 +25,11 @@ from rmpd.protocol.limits import BadArgument, check_message_size
 from rmpd.protocol.naming import DEFAULT_RANGE
 from rmpd.protocol.process import NotMember
 from rmpd.protocol.qos import QoS
+from rmpd.runtime.adapter import OVERRUN_GRACE
+from rmpd.runtime.auth import DatagramGuard, load_key_file
+from rmpd.runtime.journal import FlushingJournal
+from rmpd.runtime.loop import ProcessLoop
+from rmpd.runtime.net import interface_address, loopback_interface, max_packet_for
 
 from .batching import Poster, SendBatch
 from .errors import RmpdError, single_error
@@ -71,7 +71,7 @@ class Node:
                  journal: str | Path | None = None, config: EngineConfig | None = None,
                  auth_key: str | Path | None = None, encrypt: bool = False) -> None:
         """``auth_key``: a group key file (``rmpd keygen``), as for the daemon's ``--auth-key``; raises
-        :class:`rmpd.daemon.auth.AuthKeyError` when it cannot be used."""
+        :class:`rmpd.runtime.auth.AuthKeyError` when it cannot be used."""
         key = load_key_file(Path(auth_key)) if auth_key is not None else None
         self._guard = DatagramGuard(key, encrypt=encrypt)
         self._ip = bind or interface_address(interface or loopback_interface())
@@ -81,7 +81,7 @@ class Node:
         self._multicast = multicast
         self._journal = Path(journal) if journal is not None else None
         self._config = config or EngineConfig(journal=journal is not None, max_packet=max_packet_for(self._ip))
-        self._shell: ProcessShell | None = None
+        self._loop: ProcessLoop | None = None
         self._nursery_manager: trio.Nursery | None = None
         self._groups: dict[str, Group] = {}
         self._joins: dict[str, list[_Wait]] = defaultdict(list)
@@ -107,14 +107,13 @@ class Node:
 
     async def __aenter__(self) -> Node:
         journal = FlushingJournal(self._journal) if self._journal is not None else None
-        self._shell = ProcessShell(ip=self._ip, port=self._port, engine_config=self._config,
-                                   address_range=self._range, ttl=self._ttl, multicast=self._multicast,
-                                   journal=journal, guard=self._guard)
-        self._shell.on_event = self._on_event
-        self._shell.after_drain.append(self._check_overrun)
+        self._loop = ProcessLoop(ip=self._ip, port=self._port, engine_config=self._config,
+                                 address_range=self._range, ttl=self._ttl, multicast=self._multicast,
+                                 journal=journal, guard=self._guard)
+        self._loop.application = self
         self._cm = trio.open_nursery()
         nursery = await self._cm.__aenter__()
-        await nursery.start(self._shell.run)
+        await nursery.start(self._loop.run)
         self._nursery_manager = nursery
         self._poster.nursery = nursery
         return self
@@ -145,19 +144,19 @@ class Node:
         return handled
 
     async def _leave_all(self, timeout: float = 5.0) -> None:
-        shell = self._require()
-        for group in shell.groups():
+        loop = self._require()
+        for group in loop.groups():
             with contextlib.suppress(NotMember):
-                shell.leave(group)
+                loop.leave(group)
         with trio.move_on_after(timeout):
-            await shell.wait_idle()
+            await loop.wait_idle()
 
-    def _require(self) -> ProcessShell:
-        if self._shell is None:
+    def _require(self) -> ProcessLoop:
+        if self._loop is None:
             raise RuntimeError("use the Node inside `async with`")
         if self._stopped is not None:
             raise self._stopped
-        return self._shell
+        return self._loop
 
     # The join/Group API
 
@@ -168,24 +167,24 @@ class Node:
         return await self._join_once.run(name, lambda: self._join(name, ttl, min_partition, existing_only))
 
     async def _join(self, name: str, ttl: int | None, min_partition: int | None, existing_only: bool) -> Group:
-        shell = self._require()
-        if name in self._groups and shell.is_member(name):
+        loop = self._require()
+        if name in self._groups and loop.is_member(name):
             return self._groups[name]
         group = self._groups[name] = Group(self, name, "", [])
         wait = _Wait()
         self._joins[name].append(wait)
         try:
-            shell.join(name, ttl=ttl, min_partition=min_partition or 1, existing_only=existing_only)
+            loop.join(name, ttl=ttl, min_partition=min_partition or 1, existing_only=existing_only)
         except ValueError as exc:
             self._groups.pop(name, None)
             raise RmpdError("bad-request", str(exc)) from None
-        view = shell.process.view(name)
+        view = loop.view(name)
         if view is None:
             await wait.done.wait()
         if wait.error is not None:
             self._groups.pop(name, None)
             raise wait.error
-        view = shell.process.view(name)
+        view = loop.view(name)
         if view is not None:
             group.view, group._members = str(view.view_id), list(view.members)
         return group
@@ -195,7 +194,7 @@ class Node:
         which packs them into as few packets as they fit.  A message the group cannot carry is refused alone,
         before it joins a batch, so it never costs the other senders theirs.  Messages posted to the group go
         first."""
-        shell = self._require()
+        loop = self._require()
         self._check_size(payload, qos)
         if self._poster.pending(group):
             await self._poster.flush(group)
@@ -205,7 +204,7 @@ class Node:
         batch = self._batches.get(key)
         if batch is not None and batch.takes(payload):
             return await batch.join(payload)
-        await shell.wait_for_room(group)
+        await loop.wait_for_room(group)
         batch = self._batches.get(key)
         if batch is not None and batch.takes(payload):  # another sender started one while we waited
             return await batch.join(payload)
@@ -260,15 +259,15 @@ class Node:
     async def call(self, group: str, payload: bytes, *, handler: int | None = 0, timeout: float = 5.0,
                    qos: QoS = QoS.TOTAL) -> bytes | None:
         """Call ``group`` without joining it (see :meth:`rmpd.client.Client.call`)."""
-        shell = self._require()
+        loop = self._require()
         with _refused():
-            call_id = shell.call(group, bytes(payload), handler=handler, timeout=timeout, qos=qos)
+            call_id = loop.call(group, bytes(payload), handler=handler, timeout=timeout, qos=qos)
         done, answer = self._calls[call_id] = (trio.Event(), [])
         try:
             await done.wait()
         finally:
             if self._calls.pop(call_id, None) is not None and not answer:
-                shell.process.caller.cancel(call_id)
+                loop.cancel_call(call_id)
         event = answer[0]
         if event.error is not None:
             raise RmpdError("call-" + event.error, event.reason)
@@ -286,19 +285,19 @@ class Node:
 
     async def _members(self, group: str) -> tuple[str, list[str]]:
         await trio.lowlevel.checkpoint()
-        view = self._require().process.view(group)
+        view = self._require().view(group)
         if view is None:
             raise RmpdError("not-member", f"not in a view of {group!r}")
         return str(view.view_id), list(view.members)
 
     async def _lock(self, group: str, lock: int, op: str) -> bool:
-        shell = self._require()
+        loop = self._require()
         wait = _Wait()
         waits = self._locks[(group, lock, op)]
         waits.append(wait)  # first: in a one-member group the answer comes back inside the engine call
         try:
             with _refused():
-                (shell.lock if op == "lock" else shell.unlock)(group, lock)
+                (loop.lock if op == "lock" else loop.unlock)(group, lock)
         except NotMember as exc:
             waits.remove(wait)
             raise RmpdError("not-member", str(exc)) from None
@@ -327,9 +326,9 @@ class Node:
     def _rejoin(self, name: str) -> None:
         if not self._joins.get(name) or self._stopped is not None:
             return
-        shell = self._require()
+        loop = self._require()
         try:
-            shell.join(name, ttl=shell.group_ttl.get(name))
+            loop.join(name, ttl=loop.group_ttl.get(name))
         except ValueError as exc:
             for wait in self._joins.pop(name, []):
                 wait.error = RmpdError("join-failed", str(exc))
@@ -341,7 +340,7 @@ class Node:
         """After each drain: a group whose reader has EVENT_BUFFER events unread stops accepting the token until the
         reader is down to half of that (as the daemon does for its clients), instead of dropping deliveries; a
         reader still behind after OVERRUN_GRACE is cut off as a slow consumer, since the ring waits for it."""
-        shell = self._require()
+        loop = self._require()
         now = trio.current_time()
         for name, group in list(self._groups.items()):
             since = self._overrun.get(name)
@@ -350,17 +349,29 @@ class Node:
             if since is None:
                 if len(group._events) >= EVENT_BUFFER:
                     self._overrun[name] = now
-                    group._when_caught_up(EVENT_BUFFER // 2, lambda name=name: self._caught_up(name))
-                    shell.set_overrun(name, True)
+                    group._when_caught_up(EVENT_BUFFER // 2, lambda name=name: self._reader_caught_up(name))
+                    loop.set_overrun(name, True)
             elif now - since > OVERRUN_GRACE:
                 group._end(RmpdError("slow-consumer", f"the reader of {name!r} fell too far behind"))
                 self._caught_up(name)
 
+    def _reader_caught_up(self, name: str) -> None:
+        """From the reader, outside any step: its requests are drained as one."""
+        if self._loop is not None:
+            with self._loop.one_step():
+                self._caught_up(name)
+
     def _caught_up(self, name: str) -> None:
-        if self._overrun.pop(name, None) is not None and self._shell is not None:
-            self._shell.set_overrun(name, False)
+        if self._overrun.pop(name, None) is not None and self._loop is not None:
+            self._loop.set_overrun(name, False)
 
     # Engine events -> Group events
+
+    def handle_events(self, events: list[EngineEvent]) -> None:
+        """One drain's events, in order; then whether a reader fell behind."""
+        for event in events:
+            self._on_event(event)
+        self._check_overrun()
 
     def _on_event(self, event: EngineEvent) -> None:
         if type(event) is Delivered:  # the common case first: one per delivered packet
@@ -398,7 +409,7 @@ class Node:
         elif isinstance(event, Left) and self._joins.get(event.group):
             # Asked to join again while this node was still leaving: join once out, as the daemon does (the
             # group object waiting is the new one, not the one this Left ends).
-            self._require().call_soon(lambda: self._rejoin(event.group))
+            self._rejoin(event.group)
         elif isinstance(event, Left | JoinFailed):
             error = RmpdError("join-failed" if isinstance(event, JoinFailed) else "left", event.reason)
             for wait in self._joins.pop(event.group, []):

@@ -1,1 +1,1 @@
-"""The trio I/O shell around the sans-IO RMP process: UDP sockets, timers, the local client server, the journal."""
+"""The daemon: the local client server and its hub around one process loop (rmpd.runtime), config, readiness."""

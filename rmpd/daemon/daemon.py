@@ -1,4 +1,4 @@
-"""The daemon: one process shell, the local client server, signals and readiness, one nursery per concern.
+"""The daemon: one process loop, the local client server, signals and readiness, one nursery per concern.
 
 Start-up order matters to callers: the UDP socket and the Unix socket are bound first, then the service manager
 hears READY=1 and a line on stderr says where the daemon serves, so anything waiting for readiness can use it at
@@ -16,14 +16,15 @@ from functools import partial
 
 import trio
 
-from .auth import DatagramGuard
+from rmpd.runtime.auth import DatagramGuard
+from rmpd.runtime.journal import FlushingJournal
+from rmpd.runtime.loop import ProcessLoop
+
 from .config import DaemonConfig
 from .hub import Hub
-from .journal import FlushingJournal
 from .notify import sd_notify
 from .probe import multicast_loops
 from .server import bind_unix_listener, serve_clients
-from .shell import ProcessShell
 
 log = logging.getLogger("rmpd")
 
@@ -39,31 +40,31 @@ async def run_daemon(config: DaemonConfig, guard: DatagramGuard | None = None) -
     if config.journal is not None:
         journal = FlushingJournal(config.journal, compress=config.journal_compress,
                                   rotate_bytes=config.journal_rotate_bytes)
-    shell = ProcessShell(ip=ip, port=config.port, engine_config=config.engine_config(),
-                         address_range=config.address_range, ttl=config.ttl, multicast=config.multicast,
-                         journal=journal, guard=guard or config.guard(Counter()),
-                         scmp=config.scmp_settings(None), latest_path=config.latest_path)
+    loop = ProcessLoop(ip=ip, port=config.port, engine_config=config.engine_config(),
+                        address_range=config.address_range, ttl=config.ttl, multicast=config.multicast,
+                        journal=journal, guard=guard or config.guard(Counter()),
+                        scmp=config.scmp_settings(None), latest_path=config.latest_path)
     path = config.socket_path()
     listener = await bind_unix_listener(path, config.socket_mode, group=config.socket_group,
                                         dir_mode=config.runtime_dir_mode)
-    hub = Hub(shell, str(path), overrun_frames=max(1, config.client_queue // 2))
+    hub = Hub(loop, str(path), overrun_frames=max(1, config.client_queue // 2))
     try:
         with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
             async with trio.open_nursery() as nursery:
-                await nursery.start(shell.run)
+                await nursery.start(loop.run)
                 await nursery.start(partial(serve_clients, listener, hub, queue_size=config.client_queue,
                                             max_frame=config.max_frame))
                 if config.multicast and not multicast_loops(ip):
                     log.warning("multicast sent on %s does not come back to this host: daemons here will not hear "
                                 "each other (on loopback: ip route add 224.0.0.0/4 dev lo)", ip)
-                sd_notify(f"READY=1\nSTATUS=serving {shell.pid} on {path}")
-                print(f"rmpd: process {shell.pid}, clients on {path}", file=sys.stderr, flush=True)
+                sd_notify(f"READY=1\nSTATUS=serving {loop.pid} on {path}")
+                print(f"rmpd: process {loop.pid}, clients on {path}", file=sys.stderr, flush=True)
                 async for signum in signals:
-                    log.info("signal %s: leaving %d group(s)", signal.Signals(signum).name, len(shell.groups()))
+                    log.info("signal %s: leaving %d group(s)", signal.Signals(signum).name, len(loop.groups()))
                     sd_notify("STOPPING=1")
                     hub.leave_all()
                     with trio.move_on_after(LEAVE_TIMEOUT) as waited:
-                        await shell.wait_idle()
+                        await loop.wait_idle()
                     if waited.cancelled_caught:
                         log.warning("groups still not left after %.0f s: exiting anyway", LEAVE_TIMEOUT)
                     nursery.cancel_scope.cancel()

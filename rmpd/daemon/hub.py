@@ -36,9 +36,10 @@ from rmpd.protocol.ids import view_name
 from rmpd.protocol.limits import BadArgument
 from rmpd.protocol.process import NotMember
 from rmpd.protocol.status import GroupStatus
+from rmpd.runtime.adapter import OVERRUN_GRACE
+from rmpd.runtime.loop import ProcessLoop
 
 from .session import Session
-from .shell import ProcessShell
 
 log = logging.getLogger("rmpd")
 
@@ -53,17 +54,14 @@ Owner = Session | str | None
 OVERRUN_BYTES = 4 * 1024 * 1024
 """A client with more than this queued (or more than half of client_queue frames) is behind: what the daemon
 buffers for a client is bounded in bytes, not only in frames of any size."""
-OVERRUN_GRACE = 1.0
-"""Seconds a group may hold the token back for a local client that is behind before that client is cut off; well
-under the time the ring takes to declare a silent token site failed (ten doubling retries)."""
 
 DELIVERY_FRAME_BYTES = 4 * 1024 * 1024
 """Payload bytes gathered into one deliveries frame before another is started."""
 
 
 class Hub:
-    def __init__(self, shell: ProcessShell, socket_path: str, overrun_frames: int = 5000) -> None:
-        self.shell = shell
+    def __init__(self, loop: ProcessLoop, socket_path: str, overrun_frames: int = 5000) -> None:
+        self.loop = loop
         self.socket_path = socket_path
         self.sessions: set[Session] = set()
         self.attached: dict[str, set[Session]] = defaultdict(set)
@@ -78,12 +76,9 @@ class Hub:
         self.call_waiters: dict[int, Waiter] = {}
         """Calls to groups made for local clients, by call ID, answered from CallAnswered events."""
         self.stats: dict[str, int] = defaultdict(int)
-        shell.on_event = self.on_event
+        loop.application = self
         self.deliveries: dict[str, list[DeliveryRun]] = defaultdict(list)
         """Deliveries of the current drain per group, not yet pushed to clients, one run per packet delivered."""
-        shell.after_drain.append(self._send_deliveries)
-        shell.after_drain.append(self._answer_delayed_sends)
-        shell.after_drain.append(self._check_overrun)
         self.overrun: dict[str, float] = {}
         """Groups whose engine is holding the token back because a local client is far behind, and since when."""
         self.overrun_frames = overrun_frames
@@ -93,7 +88,7 @@ class Hub:
 
     def add(self, session: Session) -> None:
         self.sessions.add(session)
-        session.on_written = self._check_overrun
+        session.on_written = self._client_caught_up
 
     def remove(self, session: Session) -> None:
         """A client went away: detach it from its groups and give back its locks."""
@@ -107,7 +102,7 @@ class Hub:
         for call_id, (waiter, _) in list(self.call_waiters.items()):
             if waiter is session:
                 del self.call_waiters[call_id]
-                self.shell.process.caller.cancel(call_id)
+                self.loop.cancel_call(call_id)
         for key, owner in list(self.lock_owner.items()):
             if owner is session:
                 self.lock_owner[key] = None
@@ -123,11 +118,11 @@ class Hub:
 
     def _leave_group(self, group: str) -> None:
         with contextlib.suppress(NotMember):
-            self.shell.leave(group)
+            self.loop.leave(group)
 
     def _release(self, group: str, lock: int) -> None:
         try:
-            self.shell.unlock(group, lock)
+            self.loop.unlock(group, lock)
         except NotMember:
             self.lock_owner.pop((group, lock), None)
 
@@ -163,15 +158,15 @@ class Hub:
             session.push(localapi.ok_reply(rid, result))
 
     def _op_hello(self, session: Session, request: Request) -> dict[str, Any]:
-        limits = self.shell.process.config  # a client checks each message against these before batching it
-        return {"pid": self.shell.pid, "version": 1, "max_message": limits.max_message,
+        limits = self.loop.process.config  # a client checks each message against these before batching it
+        return {"pid": self.loop.pid, "version": 1, "max_message": limits.max_message,
                 "max_packet": limits.max_packet}
 
     def _op_status(self, session: Session, request: Request) -> dict[str, Any]:
         groups = []
-        for group in self.shell.groups():
-            view = self.shell.process.view(group)
-            status = self.shell.process.status(group)
+        for group in self.loop.groups():
+            view = self.loop.view(group)
+            status = self.loop.status(group)
             groups.append({
                 "group": group,
                 "view": str(view.view_id) if view else None,
@@ -183,10 +178,10 @@ class Hub:
                 "buffers": self._buffers(group, status),
                 "scmp": status.scmp if status is not None else {},
             })
-        counters = self.shell.counters()
+        counters = self.loop.counters()
         counters.update({f"hub_{k}": v for k, v in self.stats.items()})
-        return {"pid": self.shell.pid, "socket": self.socket_path, "groups": groups,
-                "clients": len(self.sessions), "auth": self.shell.guard.describe(), "counters": counters}
+        return {"pid": self.loop.pid, "socket": self.socket_path, "groups": groups,
+                "clients": len(self.sessions), "auth": self.loop.guard.describe(), "counters": counters}
 
     def _buffers(self, group: str, status: GroupStatus | None) -> dict[str, int]:
         """What the group holds in memory here: OrderingQ slots, data packets, own packets in flight and queued,
@@ -203,14 +198,14 @@ class Hub:
             session.groups.add(group)
             self.attached[group].add(session)
         try:
-            self.shell.join(group, ttl=request.ttl, min_partition=request.min_partition or 1,
+            self.loop.join(group, ttl=request.ttl, min_partition=request.min_partition or 1,
                             existing_only=request.existing_only)
         except ValueError as exc:
             self._detach(session, group)
             self.persistent.discard(group)
             raise RequestError(localapi.BAD_REQUEST, str(exc)) from None
-        view = self.shell.process.view(group)
-        if view is not None and self.shell.is_member(group):
+        view = self.loop.view(group)
+        if view is not None and self.loop.is_member(group):
             return {"view": str(view.view_id), "members": list(view.members)}
         self.join_waiters[group].append((session, request.id))  # if the daemon is leaving: joined again on Left
         return None
@@ -239,16 +234,16 @@ class Hub:
 
     def _send(self, session: Session, request: Request, payloads: list[bytes]) -> dict[str, Any] | None:
         group = request.group
-        if not self.shell.is_member(group):
+        if not self.loop.is_member(group):
             raise RequestError(localapi.NOT_MEMBER, f"the daemon is not in a view of {group!r} (join it first)")
         # The engine checks every message before it accepts any (BadArgument): a batch is taken or refused whole.
-        seqs = self.shell.send_many(group, payloads, request.qos, request.handler)
+        seqs = self.loop.send_many(group, payloads, request.qos, request.handler)
         if seqs is None:
             raise RequestError(localapi.SEND_REFUSED, f"the daemon is leaving {group!r}")
         self.stats["sends"] += len(seqs)
         self.stats["send_requests"] += 1
         answer = {"seq": seqs[0]} if request.payloads is None else {"seqs": seqs}
-        if not self.shell.has_room(group):
+        if not self.loop.has_room(group):
             # Accepted and queued in order, but the answer waits until the ring has taken some of the backlog:
             # this is how a client faster than the ring is slowed down.
             self.stats["sends_delayed"] += 1
@@ -258,20 +253,20 @@ class Hub:
 
     def _answer_delayed_sends(self) -> None:
         """After each drain: answer parked sends of groups whose backlog went down (or that are gone)."""
-        for group in [g for g, waiters in self.send_waiters.items() if waiters and self.shell.has_room(g)]:
+        for group in [g for g, waiters in self.send_waiters.items() if waiters and self.loop.has_room(g)]:
             for session, rid, answer in self.send_waiters.pop(group):
                 session.push(localapi.ok_reply(rid, answer))
 
     def _op_call(self, session: Session, request: Request) -> None:
         """Call a group as a non-member (no join needed); answered when the group replies or the call fails."""
-        call_id = self.shell.call(request.group, request.payload, handler=request.handler, timeout=request.timeout,
+        call_id = self.loop.call(request.group, request.payload, handler=request.handler, timeout=request.timeout,
                                   qos=request.qos)
         self.call_waiters[call_id] = (session, request.id)
         self.stats["calls"] += 1
 
     def _op_reply(self, session: Session, request: Request) -> dict[str, Any]:
         """A local client answers a call it got as the handler's holder."""
-        if not self.shell.reply(request.group, request.caller, request.conn, request.stamp, request.payload):
+        if not self.loop.reply(request.group, request.caller, request.conn, request.stamp, request.payload):
             raise RequestError(localapi.STALE_CALL, "that call is not waiting for a reply from this daemon")
         return {"sent": True}
 
@@ -297,7 +292,7 @@ class Hub:
                                                event.payload, str(event.view)))
 
     def _op_members(self, session: Session, request: Request) -> dict[str, Any]:
-        view = self.shell.process.view(request.group)
+        view = self.loop.view(request.group)
         if view is None:
             raise RequestError(localapi.NOT_MEMBER, f"the daemon is not in a view of {request.group!r}")
         return {"view": str(view.view_id), "members": list(view.members),
@@ -306,14 +301,14 @@ class Hub:
     def _op_lock(self, session: Session, request: Request) -> dict[str, Any] | None:
         key = (request.group, request.lock)
         owner: Owner = PERSISTENT if request.persist else session
-        view = self.shell.process.view(request.group)
+        view = self.loop.view(request.group)
         if view is None:
             raise RequestError(localapi.NOT_MEMBER, f"the daemon is not in a view of {request.group!r}")
         if key in self.lock_owner:
             if self.lock_owner[key] is owner:
                 return {"granted": True, "lock": request.lock}
             raise RequestError(localapi.LOCK_HELD, f"lock {request.lock} is held by another client of this daemon")
-        if view.lock_holder(request.lock) not in (None, self.shell.pid):
+        if view.lock_holder(request.lock) not in (None, self.loop.pid):
             raise RequestError(localapi.LOCK_HELD, f"lock {request.lock} is held by {view.lock_holder(request.lock)}")
         self._request_lock(session, request, owner, "lock")
         return None
@@ -347,7 +342,7 @@ class Hub:
             return
         self.lock_waiters[key] = deque([(session, request.id, owner)])
         try:
-            (self.shell.lock if op == "lock" else self.shell.unlock)(request.group, request.lock)
+            (self.loop.lock if op == "lock" else self.loop.unlock)(request.group, request.lock)
         except BaseException:
             self.lock_waiters.pop(key, None)
             raise
@@ -355,22 +350,34 @@ class Hub:
     # ------------------------------------------------------------------------------------------------------------
     # Events from the engine, in order
 
+    def handle_events(self, events: list[Event]) -> None:
+        """One drain's events, in order; then what the drain changed: deliveries pushed, parked sends answered,
+        readers behind checked."""
+        deliveries = self.deliveries
+        for event in events:
+            if type(event) is Delivered:
+                # Gathered and sent as one frame per group after the drain: a busy group costs one frame per
+                # batch.  A packet's messages travel as one run: its fields once, then its payloads (from 0).
+                deliveries[event.group].append(DeliveryRun(event.src, event.seq, qos_name(event.qos), event.ts,
+                                                           view_name(event.view), event.handler, 0, event.payloads))
+            else:
+                self._send_deliveries(event.group)  # whatever was delivered before this event goes first
+                self.on_event(event)
+        if deliveries:
+            self._send_deliveries()
+        self._answer_delayed_sends()
+        self._check_overrun()
+
     def on_event(self, event: Event) -> None:
-        if type(event) is Delivered:
-            # Gathered and sent as one frame per group after the drain: a busy group costs one frame per batch.
-            # A packet's messages travel as one run: its fields once, then its payloads (from index 0).
-            self.deliveries[event.group].append(DeliveryRun(event.src, event.seq, qos_name(event.qos), event.ts,
-                                                            view_name(event.view), event.handler, 0, event.payloads))
-            return
-        self._send_deliveries(event.group)  # whatever was delivered before this event goes first
+        """An event other than a delivery."""
         if isinstance(event, ViewInstalled):
             members = list(event.members)
             self._fan_out(event.group, localapi.view_event(event.group, str(event.view), members, event.ts))
-            if self.shell.is_member(event.group):  # not a view installed on the way out of a previous membership
+            if self.loop.is_member(event.group):  # not a view installed on the way out of a previous membership
                 for session, rid in self.join_waiters.pop(event.group, []):
                     session.push(localapi.ok_reply(rid, {"view": str(event.view), "members": members}))
             for (group, lock), owner in list(self.lock_owner.items()):
-                if group == event.group and self.shell.pid in members and owner is None:
+                if group == event.group and self.loop.pid in members and owner is None:
                     self._release(group, lock)
         elif isinstance(event, LockResult):
             self._lock_result(event)
@@ -419,7 +426,15 @@ class Hub:
                 else:
                     del self.overrun[group]
                 self.stats["overrun_on" if behind else "overrun_off"] += 1
-                self.shell.set_overrun(group, bool(behind))
+                self.loop.set_overrun(group, bool(behind))
+
+    def _client_caught_up(self) -> None:
+        """After a write to a client: a group it held back may take the token again (drained as one step).  A
+        write only shortens a queue, so with no group held back there is nothing to check."""
+        if not self.overrun:
+            return
+        with self.loop.one_step():
+            self._check_overrun()
 
     def _fan_out(self, group: str, message: dict[str, Any]) -> None:
         """One frame to every client of ``group``, encoded once for all of them."""
@@ -451,10 +466,10 @@ class Hub:
 
     def _auth_hint(self) -> str:
         """Why a join may have gone unanswered: traffic this daemon heard but could not verify."""
-        sources = self.shell.guard.unverified_sources
+        sources = self.loop.guard.unverified_sources
         if not sources:
             return ""
-        keyed = "with a different auth key" if self.shell.guard.keyed else "with an auth key this daemon lacks"
+        keyed = "with a different auth key" if self.loop.guard.keyed else "with an auth key this daemon lacks"
         return (f"; this daemon dropped {sum(sources.values())} datagram(s) it could not verify from "
                 f"{', '.join(sorted(sources)[:3])}: the group is probably keyed {keyed}")
 
@@ -462,7 +477,7 @@ class Hub:
         group = event.group
         if isinstance(event, Left) and self.join_waiters.get(group):
             # Someone asked to join while the daemon was still finishing its leave: join again now.
-            self.shell.call_soon(lambda: self._rejoin(group))
+            self._rejoin(group)
             return
         code = localapi.JOIN_FAILED if isinstance(event, JoinFailed) else localapi.LEFT
         message = event.reason + self._auth_hint() if isinstance(event, JoinFailed) else event.reason
@@ -486,7 +501,7 @@ class Hub:
         if not waiters or self.shutting_down:
             return
         try:
-            self.shell.join(group, ttl=self.shell.group_ttl.get(group))
+            self.loop.join(group, ttl=self.loop.group_ttl.get(group))
         except ValueError as exc:
             for session, rid in self.join_waiters.pop(group, []):
                 session.push(localapi.error_reply(rid, localapi.JOIN_FAILED, str(exc)))
@@ -496,5 +511,5 @@ class Hub:
     def leave_all(self) -> None:
         """Shutdown: refuse new requests and leave every group."""
         self.shutting_down = True
-        for group in self.shell.groups():
+        for group in self.loop.groups():
             self._leave_group(group)

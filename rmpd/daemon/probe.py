@@ -12,7 +12,7 @@ import os
 import select
 import sys
 
-from .sockets import open_multicast, open_unicast
+from rmpd.runtime.sockets import open_multicast, open_unicast
 
 PROBE_GROUP = "239.255.77.77"
 

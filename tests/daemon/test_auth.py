@@ -11,11 +11,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from rmpd.daemon.auth import AuthKeyError, DatagramGuard, GroupKey, generate_key_file, load_key_file
 from rmpd.daemon.config import ConfigError, load_config
 from rmpd.protocol.ids import ViewId
 from rmpd.protocol.packets import Data, decode, encode
 from rmpd.protocol.qos import QoS
+from rmpd.runtime.auth import AuthKeyError, DatagramGuard, GroupKey, generate_key_file, load_key_file
 
 KEY = GroupKey.from_secret(bytes(range(32)))
 OTHER = GroupKey.from_secret(bytes(32))

@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from rmpd.daemon.config import ConfigError, DaemonConfig, interface_mtu, load_config, max_packet_for
+from rmpd.daemon.config import ConfigError, DaemonConfig, load_config
 from rmpd.protocol.config import EngineConfig
+from rmpd.runtime.net import interface_mtu, max_packet_for
 
 from .harness import RMPD
 

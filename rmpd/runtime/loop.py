@@ -1,10 +1,12 @@
-"""The I/O loop around one sans-IO :class:`RmpProcess`: input -> process -> drain -> transmit -> re-arm the timer.
+"""The I/O loop around one sans-IO :class:`RmpProcess`: input -> process -> drain -> application -> follow-ups.
 
-The daemon and the embedded :class:`rmpd.Node` both run one ``ProcessShell``; they differ only in who consumes its
-events.  Every call into the process is followed by :meth:`drain`, which sends what the process asked to send,
-hands its events to the owner in order, writes its journal records, and moves the single timer to the process's
-next deadline.  Because drain is synchronous and runs on the one trio thread, events reach the owner in exactly
-the order the engine produced them.
+The daemon and the embedded :class:`rmpd.Node` both run one ``ProcessLoop``; they differ only in the application
+that takes its events.  Every input (a datagram batch, the timer, an application request) is one step: the
+process takes it, :meth:`ProcessLoop.drain` sends what the process asked to send, writes its journal records, moves
+the single timer and returns the events, and the application handles them.  What the application asks while it
+handles them (a rejoin, holding the token back) goes into the process at once but is drained only after the
+application returns, as the next round of the same step: the drain never runs inside itself, so events reach the
+application in exactly the order the process produced them.
 """
 
 from __future__ import annotations
@@ -16,9 +18,9 @@ import random
 import socket
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, Protocol
 
 import trio
 
@@ -29,6 +31,8 @@ from rmpd.protocol.multirpc import ScmpSettings
 from rmpd.protocol.naming import DEFAULT_RANGE, group_address
 from rmpd.protocol.process import RmpProcess
 from rmpd.protocol.qos import QoS
+from rmpd.protocol.status import GroupStatus
+from rmpd.protocol.view import View
 from rmpd.scmp.latest import LatestStore
 
 from .auth import DatagramGuard
@@ -48,6 +52,19 @@ SEND_BACKLOG = 1024
 faster than the ring is slowed to the ring's pace instead of growing the daemon's memory without bound."""
 
 
+class Application(Protocol):
+    """What takes a process's events: the daemon's hub, or an embedded node."""
+
+    def handle_events(self, events: list[Event]) -> None:
+        """The events of one drain, in order (often none: the application also does its after-step work here).
+        Requests made from here are taken at once and their outputs drained once this returns."""
+
+
+class _NoApplication:
+    def handle_events(self, events: list[Event]) -> None:
+        del events
+
+
 @dataclass
 class Listener:
     """One multicast socket, shared by every group whose name hashes to its address and port."""
@@ -57,7 +74,7 @@ class Listener:
     groups: set[str] = field(default_factory=set)
 
 
-class ProcessShell:
+class ProcessLoop:
     """Owns the process, its sockets, its timer and its journal; see the module docstring."""
 
     def __init__(self, *, ip: str, port: int, engine_config: EngineConfig | None = None,
@@ -90,7 +107,7 @@ class ProcessShell:
         self.process = RmpProcess(pid=self.pid, config=engine_config or EngineConfig(), rng=random.Random(),
                                   now=trio.current_time(), wall_ms=wall_ms, multicast_capable=multicast,
                                   seq_base=wall_ms * 1000, scmp=scmp)
-        self.on_event: Callable[[Event], None] = lambda event: None
+        self.application: Application = _NoApplication()
         self.group_ttl: dict[str, int] = {}
         self.listeners: dict[tuple[str, int], Listener] = {}
         self._nursery: trio.Nursery | None = None
@@ -98,8 +115,10 @@ class ProcessShell:
         self._deadline = math.inf
         self._idle = trio.Event()
         self._room = trio.Event()
-        self.after_drain: list[Callable[[], None]] = []
-        """Called at the end of every drain (the hub answers sends parked for room here)."""
+        self._stepping = False
+        """A step is under way: a request drains with it instead of draining inside it."""
+        self._requested = False
+        """A request came in while the application handled a drain's events: the step drains once more."""
 
     # ------------------------------------------------------------------------------------------------------------
     # Running
@@ -145,7 +164,7 @@ class ProcessShell:
                 packet = guard.open(data, source, where)
                 if packet is not None:
                     process.receive_datagram(packet, source, now)
-            self.drain()
+            self.step()
             if sock.fileno() == -1:  # the drain left the last group on this socket and closed it
                 return
 
@@ -158,10 +177,10 @@ class ProcessShell:
             now = trio.current_time()
             if now >= self._deadline:
                 self.process.handle_timer(now)
-                self.drain()
+                self.step()
 
     # ------------------------------------------------------------------------------------------------------------
-    # Application requests (each followed by drain)
+    # Application requests: each one step (or a round of the step under way)
 
     def join(self, group: str, *, ttl: int | None = None, min_partition: int = 1,
              existing_only: bool = False) -> None:
@@ -175,27 +194,28 @@ class ProcessShell:
         self._listen(group, address)
         self.process.join(group, trio.current_time(), min_partition=min_partition, ttl=wanted,
                           existing_only=existing_only)
-        self.drain()
+        self._taken()
 
     def leave(self, group: str) -> None:
         self.process.leave(group, trio.current_time())
-        self.drain()
+        self._taken()
 
     def send(self, group: str, payload: bytes, qos: QoS, handler: int | None = None) -> int | None:
         seq = self.process.send(group, payload, qos, trio.current_time(), handler)
-        self.drain()
+        self._taken()
         return seq
 
     def send_many(self, group: str, payloads: list[bytes], qos: QoS, handler: int | None = None) -> list[int] | None:
         """Send several messages in order with one drain, packed together into as few packets as they fit
         (GroupEngine.send_batch); None when the group refuses them (it is being left)."""
         seqs = self.process.send_batch(group, payloads, qos, trio.current_time(), handler)
-        self.drain()
+        self._taken()
         return seqs
 
     def set_overrun(self, group: str, overrun: bool) -> None:
+        """Stop (or resume) accepting ``group``'s token because its reader is behind (section 4.6)."""
         self.process.set_overrun(group, overrun, trio.current_time())
-        self.drain()
+        self._taken()
 
     def has_room(self, group: str) -> bool:
         """May another message be queued for ``group`` without exceeding SEND_BACKLOG?"""
@@ -211,32 +231,25 @@ class ProcessShell:
     def call(self, group: str, payload: bytes, *, handler: int | None, timeout: float, qos: QoS | None = None) -> int:
         """Call ``group`` as a non-member; a CallAnswered event with the returned ID follows."""
         call_id = self.process.call(group, payload, trio.current_time(), handler=handler, timeout=timeout, qos=qos)
-        self.drain()
+        self._taken()
         return call_id
+
+    def cancel_call(self, call_id: int) -> None:
+        """Nobody waits for this call's answer any more: stop retrying it."""
+        self.process.caller.cancel(call_id)
 
     def reply(self, group: str, caller: str, conn: int, stamp: int, payload: bytes) -> bool:
         ok = self.process.reply(group, caller, conn, stamp, payload, trio.current_time())
-        self.drain()
+        self._taken()
         return ok
 
     def lock(self, group: str, lock: int) -> None:
         self.process.lock(group, lock, trio.current_time())
-        self.drain()
+        self._taken()
 
     def unlock(self, group: str, lock: int) -> None:
         self.process.unlock(group, lock, trio.current_time())
-        self.drain()
-
-    def call_soon(self, fn: Callable[[], None], delay: float = 0.0) -> None:
-        """Run ``fn`` from its own task (after ``delay`` s), outside the drain that asked for it, so events keep
-        their order."""
-        if self._nursery is not None:
-            self._nursery.start_soon(self._call, fn, delay)
-
-    @staticmethod
-    async def _call(fn: Callable[[], None], delay: float) -> None:
-        await trio.sleep(delay)
-        fn()
+        self._taken()
 
     def is_member(self, group: str) -> bool:
         """In a view of the group and not on the way out of it."""
@@ -247,6 +260,13 @@ class ProcessShell:
 
     def groups(self) -> list[str]:
         return self.process.groups()
+
+    def view(self, group: str) -> View | None:
+        """The view of ``group`` the application has seen installed; None when not in one."""
+        return self.process.view(group)
+
+    def status(self, group: str) -> GroupStatus | None:
+        return self.process.status(group)
 
     def counters(self) -> dict[str, int]:
         """Shell counters plus the process's and every engine's (malformed, other_view, duplicates, ...)."""
@@ -261,9 +281,46 @@ class ProcessShell:
             await self._idle.wait()
 
     # ------------------------------------------------------------------------------------------------------------
-    # Drain: the only place outputs leave the process
+    # Steps and the drain: the only place outputs leave the process
 
-    def drain(self) -> None:
+    def _taken(self) -> None:
+        """A request went into the process: drain it now, or, when the application made it while handling a
+        drain's events, as the next round of that step."""
+        if self._stepping:
+            self._requested = True
+        else:
+            self.step()
+
+    @contextlib.contextmanager
+    def one_step(self) -> Iterator[None]:
+        """Requests made inside go into the process at once and are drained together when the block ends, so the
+        application's handling never runs inside a request it made from outside a step (a reader catching up)."""
+        if self._stepping:
+            yield
+            return
+        self._stepping, self._requested = True, False
+        try:
+            yield
+        finally:
+            self._stepping = False
+            if self._requested:
+                self.step()
+
+    def step(self) -> None:
+        """Drain, hand the events to the application, and again while it asked for more meanwhile."""
+        self._stepping = True
+        try:
+            while True:
+                self._requested = False
+                self.application.handle_events(self.drain())
+                if not self._requested:
+                    break
+        finally:
+            self._stepping = False
+
+    def drain(self) -> list[Event]:
+        """Send the process's datagrams, write its journal, store what it asks to persist, re-arm the timer;
+        the events, for the application."""
         process = self.process
         for tx in process.datagrams_to_send():
             self._transmit(tx)
@@ -274,10 +331,10 @@ class ProcessShell:
                 rec["wall"] = wall
             self.journal.write(self.pid, records)
             self.journal.flush()
-        for event in process.events():
+        events = process.events()
+        for event in events:
             if isinstance(event, ENDED):
                 self._unlisten(event.group)
-            self.on_event(event)
         value = process.persist_request()
         if value is not None:
             self._persist(value)
@@ -286,11 +343,10 @@ class ProcessShell:
         if self._timer_scope is not None and self._timer_scope.deadline != self._deadline:
             # Setting a cancel scope's deadline costs trio more than comparing it: most drains leave it as it was.
             self._timer_scope.deadline = self._deadline
-        if self.process.settled():
+        if process.settled():
             self._idle.set()
         self._room.set()
-        for hook in self.after_drain:
-            hook()
+        return events
 
     def _persist(self, value: int) -> None:
         """Write ``latest`` durably off the loop, then tell the process (which only then accepts up to it)."""
@@ -308,7 +364,7 @@ class ProcessShell:
                 durable = store.value or 0
                 await trio.sleep(1.0)
             self.process.persisted(durable, trio.current_time())
-            self.drain()
+            self._taken()
 
         if self._nursery is None:
             self.process.persisted(store.write(value), trio.current_time())

@@ -35,7 +35,9 @@ from enum import Enum
 from typing import Any
 
 from .config import EngineConfig
-from .events import Event, Left, SendRefused, Transmit, ViewInstalled, make_delivered
+from .delivery import Delivery
+from .departure import Departure
+from .events import Event, SendRefused, Transmit, ViewInstalled
 from .ids import ProcessId, ViewCounter, ViewId
 from .limits import check_handler, check_lock, check_message_size
 from .membership import Op
@@ -49,7 +51,6 @@ from .packets import (
     Data,
     DataId,
     DecodeError,
-    Fragment,
     ListChangeRequest,
     Nack,
     NewList,
@@ -60,7 +61,6 @@ from .packets import (
     RecoveryAckNewList,
     RecoveryStart,
     RecoveryVote,
-    Relayed,
     decode,
 )
 from .qos import DELIVERY_RULES, Gate, Level, QoS
@@ -83,25 +83,6 @@ class MemberState(Enum):
 
     MEMBER = "member"
     DEPARTED = "departed"
-
-
-class _Linger:
-    """The deadline of a departed member's lingering (``leave_linger``), for the timer registry."""
-
-    __slots__ = ("engine",)
-
-    def __init__(self, engine: GroupEngine) -> None:
-        self.engine = engine
-
-    @property
-    def deadline(self) -> float | None:
-        engine = self.engine
-        if engine.departed_at is None or engine.finished:
-            return None
-        return engine.departed_at + engine.config.leave_linger
-
-    def stop(self) -> None:
-        """Lingering ends only by finishing."""
 
 
 class GroupEngine:
@@ -158,14 +139,11 @@ class GroupEngine:
                                    joined_by=joined_by)
         self.repair = repair = Repair(pid, config, views, ordering, token, outbox, stats, start_ts=start_ts,
                                       suspect=self.suspect_failure)
+        self.delivery = Delivery(group, config, views, ordering, self.holdings, relay, outbox, stats,
+                                 commit_view=self._commit_view)
         self.reformation = Reformation(pid, group, config, views, outbox, stats, rng, view_counter, host=self)
         self.overrun = False
         """The application cannot take more deliveries for now: do not accept the token (section 4.6)."""
-        self.departed = False
-        self.departed_at: float | None = None
-        self.depart_reason = "left"
-        self.finished = False
-
         self._dispatch: dict[tuple[MemberState, type], Callable[[Any, float], None]] = {
             key: getattr(self, name) for key, name in DISPATCH.items()}
         self.timers = timers = TimerRegistry()
@@ -179,7 +157,8 @@ class GroupEngine:
                    departed_stops=True)
         timers.add("stall", repair.stall, repair.stall_due, frozen_stops=True, departed_stops=True)
         timers.add("request", self.changes.timer, self._request_due, frozen_stops=True, departed_stops=True)
-        timers.add("linger", _Linger(self), None)
+        self.departure = Departure(group, config, views, ordering, self.holdings, token, outbox, timers)
+        timers.add("linger", self.departure, None)
 
         q = ordering.q
         if joined_by is not None:
@@ -213,6 +192,16 @@ class GroupEngine:
     def app_view(self) -> View:
         """The view the application has seen installed."""
         return self.views.app
+
+    @property
+    def departed(self) -> bool:
+        """Out of the group (its leave was ordered, or a failure it could not repair stopped it)."""
+        return self.departure.departed
+
+    @property
+    def finished(self) -> bool:
+        """Departed, and nobody needs anything from it any more (its ``Left`` event was given)."""
+        return self.departure.finished
 
     @property
     def leaving(self) -> bool:
@@ -298,7 +287,7 @@ class GroupEngine:
     def _send_unreliable(self, payload: bytes, qos: QoS, handler: int | None, now: float) -> int:
         packet = self.sender.unreliable(self.views.current.view_id, payload, qos, handler)
         self.outbox.multicast(packet, now)
-        self._deliver(packet, None, now, holders=1)
+        self.delivery.deliver(packet, None, now, holders=1)
         return packet.seq
 
     def _emit_own(self, packet: Data, now: float) -> None:
@@ -410,7 +399,7 @@ class GroupEngine:
         if state is MemberState.DEPARTED:
             if handler is not None:
                 handler(packet, now)
-            self._check_finished(now)
+            self.departure.check_finished(now)
             return
         if handler is None:
             self.stats["unhandled_" + PACKET_NAMES[type(packet).__name__]] += 1
@@ -468,7 +457,7 @@ class GroupEngine:
         """Run whatever is due at ``now`` (the registry's order), then what follows from it."""
         self.timers.fire_due(now)
         if self.departed:
-            self._check_finished(now)
+            self.departure.check_finished(now)
             return
         self._progress(now)
 
@@ -510,7 +499,7 @@ class GroupEngine:
             self.stats["removed_source"] += 1
             return
         if level == Level.UNRELIABLE:
-            self._deliver(packet, None, now, holders=1)
+            self.delivery.deliver(packet, None, now, holders=1)
             return
         held, ts, gap = self.ordering.hold(packet)
         if held is Held.DUPLICATE:
@@ -525,9 +514,9 @@ class GroupEngine:
             self.repair.gappy[packet.src] = None
         rule = DELIVERY_RULES[level]
         if rule.on_receipt:
-            self._deliver(packet, ts, now, holders=1)
+            self.delivery.deliver(packet, ts, now, holders=1)
         if rule.gate is Gate.SOURCE:
-            self._deliver_source_chain(packet.src, now)
+            self.delivery.source_chain(packet.src, now)
 
     def _resent_after_order(self, now: float) -> None:
         """The source resent a packet that is ordered already: it missed the ACK that ordered it and knows of no
@@ -613,8 +602,9 @@ class GroupEngine:
             self.changes.ask_again_if_lost(now)
         self._token_moved(nl.src, nl.ts, nl.ts, nl.next_site, 0, now)
 
-    def _commit_view(self, nl: NewList, now: float) -> None:
-        """The New List is delivered: the application sees the view change here, in order."""
+    def _commit_view(self, nl: NewList, now: float) -> bool:
+        """The New List is delivered: the application sees the view change here, in order.  False when this
+        member is out of the group after it."""
         view = self.views.known[nl.new_view]
         self.ordering.commit_restarts([member for member, _ in nl.members])
         self.ordering.drop_reassembly_outside(view)
@@ -626,6 +616,7 @@ class GroupEngine:
         self.changes.new_list_delivered(nl)
         if self.pid not in view:
             self._depart(now)
+        return not self.departed
 
     def _reconfirm(self, ack: Ack | NewList, now: float) -> None:
         """A resent ACK whose token we already accepted: the Confirm was lost, send it again."""
@@ -642,6 +633,9 @@ class GroupEngine:
         self.sender.nacked(self.repair.own_named(nack), now)
         self.token.heard_of(nack, now)
         self.repair.answer(nack, now)
+
+    def _departed_pass(self, packet: Ack | NewList, now: float) -> None:
+        self.departure.pass_seen(packet)
 
     def _on_recovery(self, packet: Packet, now: float) -> None:
         self.reformation.on_packet(packet, now)
@@ -713,55 +707,6 @@ class GroupEngine:
         self._on_ack(ack, now)
 
     # ------------------------------------------------------------------------------------------------------------
-    # Delivery
-
-    def _deliver(self, packet: Data, ts: int | None, now: float, holders: int, need: int = 1) -> None:
-        ordering = self.ordering
-        if packet.qos.level != Level.UNRELIABLE:
-            ordering.mark_delivered(packet.src, packet.seq)
-        self.stats["delivered"] += 1
-        body = packet.payload
-        relayed = isinstance(body, Relayed)
-        if relayed:
-            # A non-member's call: what the application gets (a delivery for calls without handler, a request at
-            # the handler's holder) is decided by the SCMP filter, not by this packet's payload.
-            messages = self.relay.deliver(packet, body, ts, now)  # type: ignore[arg-type]
-        else:
-            messages = ordering.messages_of(packet)
-            if messages:
-                self.outbox.event(make_delivered(self.group, packet.src, packet.seq, packet.qos, ts,
-                                                 self.views.current.view_id, packet.handler, messages))
-        if self.config.journal:
-            extra: dict[str, Any] = {"parts": len(messages)} if len(messages) != 1 else {}
-            if relayed:
-                extra["relayed"] = True
-            if not messages and isinstance(body, Fragment) and not body.more:
-                extra["incomplete"] = True
-            self.outbox.record(
-                "deliver", now, ts=ts, src=packet.src, seq=packet.seq, qos=packet.qos.name(),
-                size=packet.size, holders=holders, need=need, order_view=str(self.views.current.view_id), **extra,
-            )
-
-    def _deliver_source_chain(self, src: ProcessId, now: float) -> None:
-        """Deliver source-ordered packets from ``src`` whose predecessors are all delivered."""
-        ordering = self.ordering
-        while (packet := ordering.next_in_source_order(src)) is not None:
-            self._deliver(packet, ordering.q.ts_of((src, packet.seq)), now, holders=1)
-
-    def _scan_total(self, now: float) -> None:
-        """Deliver in timestamp order everything that may go now."""
-        ordering = self.ordering
-        while (step := ordering.next_in_total_order(self.holdings, self.views.current)) is not None:
-            slot, packet, holders, need = step
-            if packet is not None:
-                self._deliver(packet, slot.ts, now, holders, need)
-            ordering.finish(slot)
-            if packet is None and isinstance(slot.packet, NewList):
-                self._commit_view(slot.packet, now)
-                if self.departed:
-                    return
-
-    # ------------------------------------------------------------------------------------------------------------
     # After every input
 
     def _progress(self, now: float) -> None:
@@ -779,7 +724,7 @@ class GroupEngine:
         while not self.frozen:
             q.advance()
             if ordering.deliver_ts <= q.contig:
-                self._scan_total(now)
+                self.delivery.total(now)
             accepted = self._try_accept(now)
             if not token.have_token:
                 break
@@ -801,50 +746,20 @@ class GroupEngine:
         self.repair.watch(now, waiting=waiting, frozen=frozen)
 
     # ------------------------------------------------------------------------------------------------------------
-    # Leaving the group (``ReformationHost`` too)
+    # ``ReformationHost``: what a reformation asks of this member
 
     def _depart(self, now: float, reason: str = "left") -> None:
-        """Out of the group: answer NACKs until everything held is stable (or ``leave_linger`` passes)."""
-        self.departed = True
-        self.depart_reason = reason
-        self.departed_at = now
-        self.token.depart()
-        self.timers.stop(departed=True)
-        self._check_finished(now)
-
-    def _departed_pass(self, packet: Ack | NewList, now: float) -> None:
-        """A departed member still learns what others hold, and that its last pass was confirmed."""
-        self.holdings.learn(packet.src, packet.last_ts)
-        pending = self.token.pass_pending
-        if pending is not None and packet.ts > pending.ts:
-            self.token.confirmed()
-
-    def _check_finished(self, now: float) -> None:
-        if self.finished:
-            return
-        stable = self.holdings.all_hold(self.ordering.q.high, self.views.current)
-        linger_end = _Linger(self).deadline
-        lingered = linger_end is not None and now >= linger_end
-        if (stable and self.token.pass_pending is None) or lingered:
-            self._finish()
-
-    def _finish(self) -> None:
-        self.finished = True
-        self.token.pass_timer.stop()
-        self.outbox.event(Left(self.group, self.depart_reason))
+        self.departure.depart(now, reason)
 
     def depart(self, now: float) -> None:
-        self._depart(now)
+        self.departure.depart(now)
 
     def stop(self, now: float, reason: str) -> None:
         """Leave the group for good after a failure this process cannot repair; it may join again as new.
         Nobody will ask a stopped member for anything: no need to linger."""
-        self._depart(now, reason=reason)
-        if not self.finished:
-            self._finish()
-
-    # ------------------------------------------------------------------------------------------------------------
-    # ``ReformationHost``: what a reformation asks of this member
+        self.departure.depart(now, reason)
+        if not self.departure.finished:
+            self.departure.finish()
 
     def sync_point(self) -> SyncPoint:
         return self.ordering.sync_point()

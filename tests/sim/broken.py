@@ -42,7 +42,7 @@ class DeliversTotalOnReceipt(GroupEngine):
         fresh = packet.qos.level == Level.TOTAL and not self.ordering.delivered(packet.src, packet.seq)
         super()._on_data(packet, now)
         if fresh:
-            self._deliver(packet, None, now, holders=1)
+            self.delivery.deliver(packet, None, now, holders=1)
 
 
 class DeliversDuplicates(GroupEngine):
@@ -50,7 +50,7 @@ class DeliversDuplicates(GroupEngine):
 
     def _on_data(self, packet: Data, now: float) -> None:
         if packet.qos.level == Level.UNORDERED and self.ordering.delivered(packet.src, packet.seq):
-            self._deliver(packet, None, now, holders=1)
+            self.delivery.deliver(packet, None, now, holders=1)
             return
         super()._on_data(packet, now)
 
@@ -67,10 +67,14 @@ class IgnoresResilience(GroupEngine):
 class SourceOrderOnReceipt(GroupEngine):
     """Delivers source-ordered messages on receipt, ignoring gaps."""
 
-    def _deliver_source_chain(self, src: str, now: float) -> None:
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.delivery.source_chain = self._on_receipt  # type: ignore[method-assign]
+
+    def _on_receipt(self, src: str, now: float) -> None:
         for (s, seq), packet in list(self.ordering.data.items()):
             if s == src and packet.qos.level == Level.SOURCE and not self.ordering.delivered(s, seq):
-                self._deliver(packet, None, now, holders=1)
+                self.delivery.deliver(packet, None, now, holders=1)
 
 
 class EveryoneHoldsTheToken(GroupEngine):
@@ -84,20 +88,32 @@ class EveryoneHoldsTheToken(GroupEngine):
 class SkipsOneMessage(GroupEngine):
     """The second member never hands the message at timestamp 5 to its application."""
 
-    def _deliver(self, packet: Data, ts: int | None, now: float, holders: int, need: int = 1) -> None:
-        if ts == 5 and self.pid == self.view.members[1]:
-            self.ordering.mark_delivered(packet.src, packet.seq)
-            return
-        super()._deliver(packet, ts, now, holders, need)
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        deliver = self.delivery.deliver
+
+        def skipping(packet: Data, ts: int | None, now: float, holders: int, need: int = 1) -> None:
+            if ts == 5 and self.pid == self.view.members[1]:
+                self.ordering.mark_delivered(packet.src, packet.seq)
+                return
+            deliver(packet, ts, now, holders, need)
+
+        self.delivery.deliver = skipping  # type: ignore[method-assign]
 
 
 class CorruptsPayloads(GroupEngine):
     """Delivers a different payload than was sent."""
 
-    def _deliver(self, packet: Data, ts: int | None, now: float, holders: int, need: int = 1) -> None:
-        if packet.src != self.pid:
-            packet = Data(packet.view, packet.src, packet.seq, packet.qos, packet.handler, packet.payload + b"!")
-        super()._deliver(packet, ts, now, holders, need)
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        deliver = self.delivery.deliver
+
+        def corrupting(packet: Data, ts: int | None, now: float, holders: int, need: int = 1) -> None:
+            if packet.src != self.pid:
+                packet = Data(packet.view, packet.src, packet.seq, packet.qos, packet.handler, packet.payload + b"!")
+            deliver(packet, ts, now, holders, need)
+
+        self.delivery.deliver = corrupting  # type: ignore[method-assign]
 
 
 def _grant_held_locks(view: View, request: ListChangeRequest, token_site: ProcessId) -> Change:

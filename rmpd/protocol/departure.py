@@ -1,0 +1,74 @@
+"""Leaving a group: after its leave is ordered (or a failure it cannot repair stops it), a member answers NACKs
+and confirms passes until everything it held is stable everywhere, or until ``leave_linger`` passes, then it is
+finished (its ``Left`` event).
+"""
+
+from __future__ import annotations
+
+from .config import EngineConfig
+from .events import Left
+from .ordering import Ordering
+from .outbox import Outbox, Views
+from .packets import Ack, NewList
+from .stability import Holdings
+from .timers import TimerRegistry
+from .token import Token
+
+
+class Departure:
+    """Whether this member is out of the group, why, and whether it is finished."""
+
+    def __init__(self, group: str, config: EngineConfig, views: Views, ordering: Ordering, holdings: Holdings,
+                 token: Token, outbox: Outbox, timers: TimerRegistry) -> None:
+        self.group = group
+        self.linger = config.leave_linger
+        self.views = views
+        self.ordering = ordering
+        self.holdings = holdings
+        self.token = token
+        self.outbox = outbox
+        self.timers = timers
+        self.departed = False
+        self.departed_at: float | None = None
+        self.reason = "left"
+        self.finished = False
+
+    @property
+    def deadline(self) -> float | None:
+        """When a departed member stops waiting for what it held to become stable (the timer registry's)."""
+        if self.departed_at is None or self.finished:
+            return None
+        return self.departed_at + self.linger
+
+    def stop(self) -> None:
+        """Lingering ends only by finishing."""
+
+    def depart(self, now: float, reason: str = "left") -> None:
+        """Out of the group: nothing more is ordered or delivered here; only what was held is served."""
+        self.departed = True
+        self.reason = reason
+        self.departed_at = now
+        self.token.depart()
+        self.timers.stop(departed=True)
+        self.check_finished(now)
+
+    def pass_seen(self, packet: Ack | NewList) -> None:
+        """A departed member still learns what others hold, and that its last pass was confirmed."""
+        self.holdings.learn(packet.src, packet.last_ts)
+        pending = self.token.pass_pending
+        if pending is not None and packet.ts > pending.ts:
+            self.token.confirmed()
+
+    def check_finished(self, now: float) -> None:
+        if self.finished:
+            return
+        stable = self.holdings.all_hold(self.ordering.q.high, self.views.current)
+        linger_end = self.deadline
+        lingered = linger_end is not None and now >= linger_end
+        if (stable and self.token.pass_pending is None) or lingered:
+            self.finish()
+
+    def finish(self) -> None:
+        self.finished = True
+        self.token.pass_timer.stop()
+        self.outbox.event(Left(self.group, self.reason))

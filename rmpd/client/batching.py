@@ -15,7 +15,7 @@ import trio
 
 from rmpd.protocol.qos import QoS
 
-from .errors import RmpdError
+from .errors import ConnectionLost, RmpdError
 
 BATCH_BYTES = 256 * 1024
 """Payload bytes one batch carries at most."""
@@ -62,6 +62,57 @@ class SendBatch:
         if self.outcome is not None:
             return await self.outcome()
         return self.seqs
+
+
+HandOver = Callable[[str, SendBatch, QoS, "int | None"], Awaitable[None]]
+"""A backend's hand-over of a batch (group, batch, QoS, handler): sets the batch's ``seqs`` (taken at once) or its
+``outcome`` (an answer to come); raises RmpdError when the group refuses the batch."""
+
+
+class Coalescer:
+    """Sends to one group with one QoS and handler, from tasks that run while the first of them is being prepared,
+    handed over as one batch; both backends send this way.  Messages posted to the group go first."""
+
+    def __init__(self, poster: Poster, hand_over: HandOver,
+                 room: Callable[[str], Awaitable[None]] | None = None) -> None:
+        """``room(group)``: waits until the group may take another batch (None: it always may)."""
+        self._poster = poster
+        self._hand_over = hand_over
+        self._room = room
+        self._batches: dict[tuple[str, QoS, int | None], SendBatch] = {}
+        """The batch being prepared per group, QoS and handler: a send arriving meanwhile joins it."""
+
+    async def send(self, group: str, payload: bytes, qos: QoS, handler: int | None) -> int:
+        """Send ``payload`` in a batch; its sequence number, or the RmpdError that refused the batch."""
+        poster = self._poster
+        if poster.pending(group):
+            await poster.flush(group)
+        else:
+            poster.check(group)  # a post refused since: raised by this send, as Group.post says
+        key = (group, qos, handler)
+        batch = self._batches.get(key)
+        if batch is not None and batch.takes(payload):
+            return await batch.join(payload)
+        if self._room is not None:
+            await self._room(group)
+            batch = self._batches.get(key)
+            if batch is not None and batch.takes(payload):  # another sender started one while we waited
+                return await batch.join(payload)
+        batch = self._batches[key] = SendBatch(payload)
+        try:
+            await trio.lowlevel.cancel_shielded_checkpoint()  # let other ready tasks join this batch
+        finally:
+            if self._batches.get(key) is batch:
+                del self._batches[key]
+        try:
+            await self._hand_over(group, batch, qos, handler)
+        except BaseException as exc:
+            # The others in the batch get the refusal, or a lost backend: never this task's own cancellation.
+            batch.error = exc if isinstance(exc, RmpdError) else ConnectionLost("send-failed", repr(exc))
+            raise
+        finally:
+            batch.done.set()
+        return (await batch.result())[0]
 
 
 POST_LIMIT = 8192

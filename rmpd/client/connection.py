@@ -21,7 +21,7 @@ from rmpd.protocol.config import EngineConfig
 from rmpd.protocol.limits import MessageTooLarge, check_message_size
 from rmpd.protocol.qos import QoS
 
-from .batching import Poster, SendBatch
+from .batching import Coalescer, Poster, SendBatch
 from .errors import ConnectionLost, RmpdError, single_error
 from .events import CallRequest, Delivery, ViewChange, make_delivery
 from .group import Group, JoinOnce
@@ -51,8 +51,8 @@ class Client:
         self._pending: dict[int, _Pending] = {}
         self._groups: dict[str, Group] = {}
         self._lost: ConnectionLost | None = None
-        self._batches: dict[tuple[str, QoS, int | None], SendBatch] = {}
         self._poster = Poster(self._send_batch)
+        self._coalescer = Coalescer(self._poster, self._hand_over)
         self._limits: EngineConfig | None = None
         """max_message and max_packet as the daemon said (``hello``)."""
         self._always_fits = 0
@@ -155,33 +155,14 @@ class Client:
 
     async def _send(self, group: str, payload: bytes, qos: QoS, handler: int | None) -> int:
         """Sends from concurrent tasks that arrive while one is being prepared travel in one ``send_batch``
-        request: same order, one frame and one answer for all (a lone send waits one scheduling step).  Messages
-        this connection posted to the group go first."""
+        request: same order, one frame and one answer for all (a lone send waits one scheduling step)."""
         self._check_size(payload, qos)
-        if self._poster.pending(group):
-            await self._poster.flush(group)
-        else:
-            self._poster.check(group)  # a post refused since: raised by this send, as Group.post says
-        key = (group, qos, handler)
-        batch = self._batches.get(key)
-        if batch is not None and batch.takes(payload):
-            return await batch.join(payload)
-        batch = self._batches[key] = SendBatch(payload)
-        try:
-            await trio.lowlevel.cancel_shielded_checkpoint()  # let other ready tasks join this batch
-        finally:
-            if self._batches.get(key) is batch:
-                del self._batches[key]
-        try:
-            pending = await self._submit_batch(group, batch.payloads, qos, handler)
-        except BaseException as exc:
-            batch.error = exc if isinstance(exc, RmpdError) else ConnectionLost("send-failed", repr(exc))
-            batch.done.set()
-            raise
+        return await self._coalescer.send(group, payload, qos, handler)
+
+    async def _hand_over(self, group: str, batch: SendBatch, qos: QoS, handler: int | None) -> None:
+        pending = await self._submit_batch(group, batch.payloads, qos, handler)
         # Every sender in the batch waits for the one answer: one of them cancelled does not fail the others.
         batch.outcome = lambda: self._seqs_of(pending)
-        batch.done.set()
-        return (await batch.result())[0]
 
     async def _submit_batch(self, group: str, payloads: list[bytes], qos: QoS, handler: int | None) -> _Pending:
         """One request for ``payloads``, in order (see _seqs_of for its answer)."""

@@ -31,7 +31,7 @@ from rmpd.runtime.journal import FlushingJournal
 from rmpd.runtime.loop import ProcessLoop
 from rmpd.runtime.net import interface_address, loopback_interface, max_packet_for
 
-from .batching import Poster, SendBatch
+from .batching import Coalescer, Poster, SendBatch
 from .errors import RmpdError, single_error
 from .events import CallRequest, ViewChange, make_delivery
 from .group import EVENT_BUFFER, Group, JoinOnce
@@ -87,8 +87,8 @@ class Node:
         self._joins: dict[str, list[_Wait]] = defaultdict(list)
         self._locks: dict[tuple[str, int, str], deque[_Wait]] = defaultdict(deque)
         self._calls: dict[int, tuple[trio.Event, list[CallAnswered]]] = {}
-        self._batches: dict[tuple[str, QoS, int | None], SendBatch] = {}
         self._poster = Poster(self._send_batch)
+        self._coalescer = Coalescer(self._poster, self._hand_over_batch, self._wait_for_room)
         self._overrun: dict[str, float] = {}
         """Groups not accepting the token because their reader is behind, with since when."""
         self._cm = None
@@ -192,36 +192,16 @@ class Node:
     async def _send(self, group: str, payload: bytes, qos: QoS, handler: int | None) -> int:
         """Sends from concurrent tasks are coalesced (rmpd.client.batching) and handed to the engine in one call,
         which packs them into as few packets as they fit.  A message the group cannot carry is refused alone,
-        before it joins a batch, so it never costs the other senders theirs.  Messages posted to the group go
-        first."""
-        loop = self._require()
+        before it joins a batch, so it never costs the other senders theirs."""
+        self._require()
         self._check_size(payload, qos)
-        if self._poster.pending(group):
-            await self._poster.flush(group)
-        else:
-            self._poster.check(group)  # a post refused since: raised by this send, as Group.post says
-        key = (group, qos, handler)
-        batch = self._batches.get(key)
-        if batch is not None and batch.takes(payload):
-            return await batch.join(payload)
-        await loop.wait_for_room(group)
-        batch = self._batches.get(key)
-        if batch is not None and batch.takes(payload):  # another sender started one while we waited
-            return await batch.join(payload)
-        batch = self._batches[key] = SendBatch(payload)
-        try:
-            await trio.lowlevel.cancel_shielded_checkpoint()  # let other ready tasks join this batch
-        finally:
-            if self._batches.get(key) is batch:
-                del self._batches[key]
-        try:
-            batch.seqs = self._hand_over(group, batch.payloads, qos, handler)
-        except BaseException as exc:
-            batch.error = exc
-            raise
-        finally:
-            batch.done.set()
-        return batch.seqs[0]
+        return await self._coalescer.send(group, payload, qos, handler)
+
+    async def _hand_over_batch(self, group: str, batch: SendBatch, qos: QoS, handler: int | None) -> None:
+        batch.seqs = self._hand_over(group, batch.payloads, qos, handler)
+
+    async def _wait_for_room(self, group: str) -> None:
+        await self._require().wait_for_room(group)
 
     def _check_size(self, payload: bytes, qos: QoS) -> None:
         if len(payload) <= self._config.max_packet and len(payload) <= self._config.max_message:

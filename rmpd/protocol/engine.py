@@ -44,7 +44,7 @@ from .membership import Op
 from .multirpc import ScmpSettings
 from .ordering import Held, Ordering
 from .orderingq import Conflict, SlotKind, SlotState
-from .outbox import PACKET_NAMES, Outbox, Views
+from .outbox import PACKET_NAMES, Outbox, Outputs, Views
 from .packets import (
     Ack,
     Confirm,
@@ -228,7 +228,7 @@ class GroupEngine:
             departed=self.departed, finished=self.finished, reforming=self.frozen, next_seq=sender.next_seq,
             send_queue=len(sender.send_queue), in_flight=len(sender.outstanding), window=sender.window.window,
             orderingq_slots=len(q.slots), ack_slots=q.ack_slots, packets_held=len(self.ordering.data),
-            started_at=self.started_at, scmp=self.scmp_status(),
+            started_at=self.started_at, describe_scmp=self.scmp_status,
         )
 
     def scmp_status(self) -> dict[str, Any]:
@@ -240,6 +240,12 @@ class GroupEngine:
 
     # ------------------------------------------------------------------------------------------------------------
     # Outputs
+
+    def take_outputs(self) -> Outputs:
+        """Datagrams, events and journal records since the last call, and the next deadline (``Outputs``)."""
+        outbox = self.outbox
+        return Outputs(outbox.take_datagrams(), outbox.take_events(), outbox.take_records(), None,
+                       self.get_timer())
 
     def datagrams_to_send(self) -> list[Transmit]:
         return self.outbox.take_datagrams()

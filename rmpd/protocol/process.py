@@ -14,7 +14,7 @@ process asks again under a new request ID and counts its tries from zero, since 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -25,6 +25,7 @@ from .events import Event, JoinFailed, SendRefused, Transmit
 from .ids import ProcessId, RequestIds, ViewCounter
 from .limits import check_call
 from .multirpc import ScmpSettings, start_upper
+from .outbox import Outputs
 from .packets import (
     CallStatus,
     DecodeError,
@@ -258,38 +259,54 @@ class RmpProcess:
         self.receive_packet(packet, now)
 
     def receive_packet(self, packet: Packet, now: float) -> None:
-        if isinstance(packet, NonMemberAck):
-            if packet.status is CallStatus.JOIN_REFUSED:
-                self._join_refused(packet, now)
-            elif packet.status is CallStatus.REPLY_ACK:
-                for engine in self.engines.values():
-                    if engine.accepts_view(packet.view):
-                        engine.reply_acked(packet)
-                        break
-            else:
-                self.caller.receive(packet, now)
-        elif isinstance(packet, NewList) and packet.request_src == self.pid and packet.group in self.joining:
-            self._admitted(packet, now)
-        elif isinstance(packet, ListChangeRequest | NonMemberData):  # addressed by group name
-            engine = self.engines.get(packet.group)
-            if engine is None:
-                self.stats["other_group"] += 1
-            elif isinstance(packet, NonMemberData):
-                engine.non_member_data(packet, now)
-            else:
-                engine.receive_packet(packet, now)
-        else:
-            view = packet.view
-            for engine in self.engines.values():
-                if engine.accepts_view(view):
-                    engine.receive_packet(packet, now)
-                    break
-            else:
-                self.stats["other_view"] += 1
-                for engine in self.engines.values():
-                    if engine.witness_of_unknown_view(packet) is not None:
-                        engine.receive_packet(packet, now)  # the engine notes a view it has not seen yet
+        """Route a packet: by its type to the process's own handlers, else to the group whose view it names."""
+        route = self._ROUTES.get(type(packet), RmpProcess._by_view)
+        route(self, packet, now)
         self._collect(now)
+
+    def _on_non_member_ack(self, ack: NonMemberAck, now: float) -> None:
+        if ack.status is CallStatus.JOIN_REFUSED:
+            self._join_refused(ack, now)
+        elif ack.status is CallStatus.REPLY_ACK:
+            for engine in self.engines.values():
+                if engine.accepts_view(ack.view):
+                    engine.reply_acked(ack)
+                    break
+        else:
+            self.caller.receive(ack, now)
+
+    def _on_new_list(self, nl: NewList, now: float) -> None:
+        if nl.request_src == self.pid and nl.group in self.joining:
+            self._admitted(nl, now)
+        else:
+            self._by_view(nl, now)
+
+    def _by_group(self, packet: ListChangeRequest | NonMemberData, now: float) -> None:
+        """Join requests and non-members' packets name their group, not a view."""
+        engine = self.engines.get(packet.group)
+        if engine is None:
+            self.stats["other_group"] += 1
+        elif isinstance(packet, NonMemberData):
+            engine.non_member_data(packet, now)
+        else:
+            engine.receive_packet(packet, now)
+
+    def _by_view(self, packet: Packet, now: float) -> None:
+        view = packet.view
+        for engine in self.engines.values():
+            if engine.accepts_view(view):
+                engine.receive_packet(packet, now)
+                return
+        self.stats["other_view"] += 1
+        for engine in self.engines.values():
+            if engine.witness_of_unknown_view(packet) is not None:
+                engine.receive_packet(packet, now)  # the engine notes a view it has not seen yet
+
+    _ROUTES: dict[type, Callable[[RmpProcess, Any, float], None]] = {
+        NonMemberAck: _on_non_member_ack, NewList: _on_new_list, ListChangeRequest: _by_group,
+        NonMemberData: _by_group,
+    }
+    """Packets the process handles by type; everything else goes to the group whose view it names."""
 
     def handle_timer(self, now: float) -> None:
         for group, attempt in list(self.joining.items()):
@@ -321,6 +338,12 @@ class RmpProcess:
 
     # ------------------------------------------------------------------------------------------------------------
     # Outputs
+
+    def take_outputs(self) -> Outputs:
+        """Everything this process produced since the last call, and when to call ``handle_timer`` next: the one
+        output contract its callers (the trio runtime, the simulator) drain after every input."""
+        return Outputs(self.datagrams_to_send(), self.events(), self.journal_records(), self.persist_request(),
+                       self.get_timer())
 
     def datagrams_to_send(self) -> list[Transmit]:
         out, self._datagrams = self._datagrams, []

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 from .view import View
@@ -38,5 +39,10 @@ class GroupStatus:
     """Data packets held (ordered and not yet stable, or not yet ordered)."""
     started_at: float
     """The ``now`` at which this membership began."""
-    scmp: dict[str, Any]
-    """The SCMP call filter and the join floor, as ``rmp status`` shows them."""
+    describe_scmp: Callable[[], dict[str, Any]] = field(repr=False, compare=False)
+
+    @property
+    def scmp(self) -> dict[str, Any]:
+        """The SCMP call filter and the join floor, as ``rmp status`` shows them (made when asked for: the
+        snapshot itself is taken after every step by the simulator)."""
+        return self.describe_scmp()

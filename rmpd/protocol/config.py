@@ -26,8 +26,7 @@ class EngineConfig:
     nack_timeout: float = 0.02
     """Resend an unanswered NACK after at most this long (doubling once it names no site), sooner when answered
     NACKs show a shorter round trip (its timeout, at least ``rto_min``).  Short, because the next token site waits
-    for the packets it asks for: under 20% loss a 100 ms timer cost a loaded ring more than half its goodput in
-    simulation."""
+    for the packets it asks for, and with it the whole ring."""
     nack_rotate: int = 3
     """After this many unanswered NACKs a NACK names no site, so any site holding the packets answers."""
     stall_timeout: float = 1.5
@@ -42,9 +41,8 @@ class EngineConfig:
     min_window: int = 0
     """A cut never takes the send window below this; 0 means two of the largest packets (2 * ``max_packet``), as
     TCP never sets its slow-start threshold below two segments (RFC 5681).  Random loss cuts the window about
-    once per round trip, so it sits at this floor: at ``min_packet`` (half a packet) a sender had one packet in
-    flight per token pass and 20% loss kept under a tenth of its loss-free goodput on namespace hosts
-    (docs/benchmarks.md)."""
+    once per round trip, so under loss it sits at this floor, and a floor of one packet would leave a sender one
+    packet per token pass (docs/benchmarks.md)."""
     max_message: int = 16 * 1024 * 1024
     """Largest application message; larger than ``max_packet``, it travels as fragments and is delivered whole."""
     initial_window: int = 65536

@@ -52,7 +52,7 @@ class Departure:
         self.timers.stop(departed=True)
         self.check_finished(now)
 
-    def pass_seen(self, packet: Ack | NewList) -> None:
+    def pass_seen(self, packet: Ack | NewList, now: float) -> None:
         """A departed member still learns what others hold, and that its last pass was confirmed."""
         self.holdings.learn(packet.src, packet.last_ts)
         pending = self.token.pass_pending

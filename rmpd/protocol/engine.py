@@ -32,6 +32,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from enum import Enum
+from operator import attrgetter
 from typing import Any
 
 from .config import EngineConfig
@@ -43,13 +44,12 @@ from .limits import check_handler, check_lock, check_message_size
 from .membership import Op
 from .multirpc import ScmpSettings
 from .ordering import Held, Ordering
-from .orderingq import Conflict, SlotKind, SlotState
+from .orderingq import SlotKind, SlotState
 from .outbox import PACKET_NAMES, Outbox, Outputs, Views
 from .packets import (
     Ack,
     Confirm,
     Data,
-    DataId,
     DecodeError,
     ListChangeRequest,
     Nack,
@@ -67,6 +67,7 @@ from .qos import DELIVERY_RULES, Gate, Level, QoS
 from .reformation import Reformation, Rng, SyncPoint
 from .relay import CallRelay
 from .repair import Repair
+from .rotation import Rotation
 from .sender import Sender
 from .stability import Holdings
 from .status import GroupStatus
@@ -140,12 +141,8 @@ class GroupEngine:
         self.repair = repair = Repair(pid, config, views, ordering, token, outbox, stats, start_ts=start_ts,
                                       suspect=self.suspect_failure)
         self.delivery = Delivery(group, config, views, ordering, self.holdings, relay, outbox, stats,
-                                 commit_view=self._commit_view)
+                                 commit_view=lambda nl, now: self.rotation.commit_view(nl, now))
         self.reformation = Reformation(pid, group, config, views, outbox, stats, rng, view_counter, host=self)
-        self.overrun = False
-        """The application cannot take more deliveries for now: do not accept the token (section 4.6)."""
-        self._dispatch: dict[tuple[MemberState, type], Callable[[Any, float], None]] = {
-            key: getattr(self, name) for key, name in DISPATCH.items()}
         self.timers = timers = TimerRegistry()
         timers.add("reformation", self.reformation, self.reformation.on_timer)
         timers.add("token_pass", token.pass_timer, self._pass_due, frozen_stops=True)
@@ -159,6 +156,10 @@ class GroupEngine:
         timers.add("request", self.changes.timer, self._request_due, frozen_stops=True, departed_stops=True)
         self.departure = Departure(group, config, views, ordering, self.holdings, token, outbox, timers)
         timers.add("linger", self.departure, None)
+        self.rotation = Rotation(pid, group, config, views, ordering, self.holdings, token, self.sender, repair,
+                                 self.changes, self.departure, outbox, stats, own_ordered=self._maybe_request_leave)
+        self._dispatch: dict[tuple[MemberState, type], Callable[[Any, float], None]] = {
+            key: attrgetter(name)(self) for key, name in DISPATCH.items()}
 
         q = ordering.q
         if joined_by is not None:
@@ -305,9 +306,9 @@ class GroupEngine:
         """Section 4.6: a process that runs out of buffers delays accepting the token, so nothing more is ordered
         anywhere until it catches up, instead of dropping what was accepted.  Senders' windows then fill and they
         slow down.  Delayed too long, it is declared failed by its predecessor, as the paper intends."""
-        if overrun == self.overrun:
+        if overrun == self.token.overrun:
             return
-        self.overrun = overrun
+        self.token.overrun = overrun
         if overrun:
             self.stats["overruns"] += 1
         else:
@@ -482,7 +483,7 @@ class GroupEngine:
     def _null_due(self, now: float) -> None:
         self.token.null.stop()
         if self.token.have_token:
-            self._send_ack((), self.token.incoming_quiet + 1, now)
+            self.rotation.send_ack((), self.token.incoming_quiet + 1, now)
 
     def _request_due(self, now: float) -> None:
         if not self.changes.resend(now):
@@ -538,179 +539,16 @@ class GroupEngine:
             token.null.deadline = prompt
 
     # ------------------------------------------------------------------------------------------------------------
-    # ACKs, New Lists and the token
-
-    def _on_ack(self, ack: Ack, now: float) -> None:
-        if not self._place(ack, SlotKind.ACK, now):
-            return
-        sample = ack.src != self.pid
-        self.ordering.order(ack, self.pid, lambda seq: self._own_ordered(seq, now, sample))
-        self._token_moved(ack.src, ack.ts, ack.last_ts, ack.next_site, ack.quiet, now)
-
-    def _place(self, packet: Ack | NewList, kind: SlotKind, now: float) -> bool:
-        """Put an ACK or New List into the OrderingQ; False when it is old, a duplicate or in conflict (a resent
-        pass we accepted already is confirmed again)."""
-        q = self.ordering.q
-        if packet.ts < q.base:
-            self._reconfirm(packet, now)
-            return False
-        try:
-            if kind is SlotKind.ACK:
-                q.check_ids(packet)  # type: ignore[arg-type]
-            fresh = q.place_control(packet.ts, kind, packet)
-        except Conflict:
-            self.stats["conflicts"] += 1
-            return False
-        if not fresh:
-            self.stats["duplicates"] += 1
-            self._reconfirm(packet, now)
-            return False
-        return True
-
-    def _own_ordered(self, seq: int, now: float, sample: bool) -> None:
-        if self.sender.ordered(seq, now, sample):
-            self.sender.fill_window(self.views.current.view_id, now)
-            self._maybe_request_leave(now)
-
-    def _token_moved(self, sender: ProcessId, ts: int, last_ts: int, next_site: ProcessId, quiet: int,
-                     now: float) -> None:
-        """An ACK or New List at ``ts`` passed the token from ``sender`` to ``next_site``."""
-        self.holdings.learn(sender, last_ts)
-        if not self.token.moved(sender, ts, last_ts, next_site, quiet, self.views.current.size, now):
-            return
-        self.sender.ring_moved(now)
-        self.repair.token_moved()
-
-    def _on_new_list_packet(self, nl: NewList, now: float) -> None:
-        if nl.request_src is not None or not self.reformation.on_new_list(nl, now):
-            self._on_new_list(nl, now)
+    # Other packets
 
     def _on_new_list(self, nl: NewList, now: float) -> None:
-        if not self._place(nl, SlotKind.VIEW, now):
-            return
-        self.changes.new_list_placed(nl)
-        new_view = View(nl.new_view, tuple(m for m, _ in nl.members),
-                        frozenset(m for m, capable in nl.members if not capable), nl.locks, nl.min_partition)
-        views = self.views
-        views.known[nl.new_view] = new_view
-        if nl.ts > self.token.latest_ack_ts:
-            old = views.current
-            announced = dict(nl.seqs)
-            for m in new_view.members:
-                if m not in old and m != self.pid:
-                    self.ordering.restart_source(m, announced.get(m, 0))
-            self.holdings.view_changed(nl.ts, old, new_view)
-            self.ordering.forget_unorderable(new_view)
-            views.current = new_view
-            if self.pid not in new_view:  # a view without us: its token is not ours to hold or pass
-                self.token.give_up()
-        if not self.departed:
-            self.changes.ask_again_if_lost(now)
-        self._token_moved(nl.src, nl.ts, nl.ts, nl.next_site, 0, now)
-
-    def _commit_view(self, nl: NewList, now: float) -> bool:
-        """The New List is delivered: the application sees the view change here, in order.  False when this
-        member is out of the group after it."""
-        view = self.views.known[nl.new_view]
-        self.ordering.commit_restarts([member for member, _ in nl.members])
-        self.ordering.drop_reassembly_outside(view)
-        if nl.new_view != self.views.app.view_id:
-            self.views.app = view
-            self.outbox.event(ViewInstalled(self.group, view.view_id, view.members, nl.ts))
-            self.outbox.record("view", now, ts=nl.ts, members=list(view.members),
-                               locks=[list(x) for x in view.locks], view=str(view.view_id))
-        self.changes.new_list_delivered(nl)
-        if self.pid not in view:
-            self._depart(now)
-        return not self.departed
-
-    def _reconfirm(self, ack: Ack | NewList, now: float) -> None:
-        """A resent ACK whose token we already accepted: the Confirm was lost, send it again."""
-        if ack.next_site == self.pid and self.token.accepted_ts >= ack.ts and ack.src != self.pid:
-            self.outbox.unicast(ack.src, Confirm(self.views.current.view_id, self.pid, ack.ts), now)
-
-    def _on_confirm(self, confirm: Confirm, now: float) -> None:
-        pending = self.token.pass_pending
-        if pending is not None and confirm.ts == pending.ts:
-            self.holdings.learn(confirm.src, pending.last_ts)
-            self.token.confirmed(now)
+        if nl.request_src is not None or not self.reformation.on_new_list(nl, now):
+            self.rotation.on_new_list(nl, now)
 
     def _on_nack(self, nack: Nack, now: float) -> None:
         self.sender.nacked(self.repair.own_named(nack), now)
         self.token.heard_of(nack, now)
         self.repair.answer(nack, now)
-
-    def _departed_pass(self, packet: Ack | NewList, now: float) -> None:
-        self.departure.pass_seen(packet)
-
-    def _on_recovery(self, packet: Packet, now: float) -> None:
-        self.reformation.on_packet(packet, now)
-
-    def _try_accept(self, now: float) -> tuple[int, ProcessId] | None:
-        """Accept the token if named and holding everything it requires (the acceptance rule: no hole in the
-        OrderingQ up to the last packet the pass orders); returns (ACK ts, previous site)."""
-        target = self.token.accept_target
-        if (target is None or self.overrun or self.pid not in self.views.current
-                or not self.ordering.holds_through(target[1])):
-            return None
-        return self.token.accept(now, str(self.views.current.view_id))
-
-    def _schedule_null(self, now: float) -> None:
-        """An idle token site passes the token with a NULL ACK after ``null_ack_interval``, or almost at once
-        while something ordered is not yet delivered here or not yet known held by everyone: resilient (K,
-        majority, safe) messages become deliverable only as the token goes round, and at light load they would
-        otherwise wait a whole interval per member."""
-        token, view = self.token, self.views.current
-        if token.incoming_quiet < view.size - 1:
-            q = self.ordering.q
-            # Not yet stable: slots before the latest ACK not freed, or what that ACK ordered (freeing stops at
-            # its slot, which is kept) not known held by everyone.
-            waiting = (self.ordering.deliver_ts <= q.high or q.base < token.latest_ack_ts
-                       or self.holdings.holders_of(q.high) < self.holdings.eligible(q.high, view))
-            delay = self.config.null_ack_prompt if waiting else self.config.null_ack_interval
-            token.null.deadline = now + delay
-        else:
-            token.null.stop()
-
-    def _order_pending(self, now: float) -> bool:
-        """As token site, answer a pending request or order what can be ordered; True when the token went on."""
-        if self.changes.pending and self._make_new_list(now):
-            return True
-        if not self.ordering.unordered:
-            return False
-        ids = self.ordering.orderable(self.config.max_ack_ids)
-        if not ids:
-            return False
-        self._send_ack(tuple(ids), 0, now)
-        return True
-
-    def _make_new_list(self, now: float) -> bool:
-        """As token site, answer the oldest pending request with a New List and pass the token with it."""
-        nl = self.changes.next_new_list(now)
-        if nl is None:
-            return False
-        if nl is False:  # at most one new view per ms of uptime: try again on the next tick
-            self.token.null.deadline = now + 0.001
-            return False
-        assert isinstance(nl, NewList)
-        joiner = nl.request_src if nl.request_src is not None and nl.request_src not in self.views.current else None
-        self.token.give_up()
-        self.stats["new_lists_sent"] += 1
-        data = self.outbox.multicast(nl, now)
-        if joiner is not None and dict(nl.members).get(joiner, True):
-            self.outbox.unicast(joiner, nl, now)  # the joiner does not listen to the group's address yet
-        self.token.pass_on(nl, data, now)
-        self._on_new_list(nl, now)
-        return True
-
-    def _send_ack(self, ids: tuple[DataId, ...], quiet: int, now: float) -> None:
-        view = self.views.current
-        ack = Ack(view.view_id, self.pid, self.ordering.q.high + 1, view.next_after(self.pid), quiet, ids)
-        self.token.give_up()
-        self.stats["acks_sent" if ids else "null_acks_sent"] += 1
-        data = self.outbox.multicast(ack, now)
-        self.token.pass_on(ack, data, now)
-        self._on_ack(ack, now)
 
     # ------------------------------------------------------------------------------------------------------------
     # After every input
@@ -731,16 +569,16 @@ class GroupEngine:
             q.advance()
             if ordering.deliver_ts <= q.contig:
                 self.delivery.total(now)
-            accepted = self._try_accept(now)
+            accepted = self.rotation.try_accept(now)
             if not token.have_token:
                 break
-            if self._order_pending(now):
+            if self.rotation.order_pending(now):
                 continue  # the ACK passed the token on (in a group of one, back to ourselves)
             if accepted is not None and accepted[1] != self.pid:
                 # Nothing to order: confirm the pass explicitly (an ACK of ours would have confirmed it).
                 self.outbox.unicast(accepted[1], Confirm(self.views.current.view_id, self.pid, accepted[0]), now)
             if token.null.deadline is None:
-                self._schedule_null(now)
+                self.rotation.schedule_null(now)
             break
         ordering.free_stable(token.latest_ack_ts, self.holdings, self.views.current)
         # Stall: undelivered messages, own packets waiting to be ordered, a pass naming us not yet accepted, or
@@ -790,7 +628,7 @@ class GroupEngine:
         for packet in self.ordering.truncate(nl.ts - 1, self.pid):
             self.sender.in_flight_again(packet)
         self.token.latest_ack_ts = min(self.token.latest_ack_ts, nl.ts - 1)
-        self._on_new_list(nl, now)
+        self.rotation.on_new_list(nl, now)
         self.holdings.reformed(nl.ts, len(nl.members))
         self.outbox.record("recovery", now, ts=nl.ts - 1, version=nl.request_id, role="commit",
                            members=[m for m, _ in nl.members], new_view=str(nl.new_view))
@@ -799,25 +637,25 @@ class GroupEngine:
         self.unfreeze(now)
         self._progress(now)
         if initiator and self.token.have_token:
-            self._send_ack((), 1, now)  # pass the token at once: the members commit on this ACK
+            self.rotation.send_ack((), 1, now)  # pass the token at once: the members commit on this ACK
             self._progress(now)
 
 
 DISPATCH: dict[tuple[MemberState, type], str] = {
     (MemberState.MEMBER, Data): "_on_data",
-    (MemberState.MEMBER, Ack): "_on_ack",
-    (MemberState.MEMBER, NewList): "_on_new_list_packet",
-    (MemberState.MEMBER, Confirm): "_on_confirm",
+    (MemberState.MEMBER, Ack): "rotation.on_ack",
+    (MemberState.MEMBER, NewList): "_on_new_list",
+    (MemberState.MEMBER, Confirm): "rotation.on_confirm",
     (MemberState.MEMBER, Nack): "_on_nack",
-    (MemberState.MEMBER, RecoveryStart): "_on_recovery",
-    (MemberState.MEMBER, RecoveryVote): "_on_recovery",
-    (MemberState.MEMBER, RecoveryAckNewList): "_on_recovery",
-    (MemberState.MEMBER, RecoveryAbort): "_on_recovery",
-    (MemberState.DEPARTED, Ack): "_departed_pass",
-    (MemberState.DEPARTED, NewList): "_departed_pass",
-    (MemberState.DEPARTED, Confirm): "_on_confirm",
+    (MemberState.MEMBER, RecoveryStart): "reformation.on_packet",
+    (MemberState.MEMBER, RecoveryVote): "reformation.on_packet",
+    (MemberState.MEMBER, RecoveryAckNewList): "reformation.on_packet",
+    (MemberState.MEMBER, RecoveryAbort): "reformation.on_packet",
+    (MemberState.DEPARTED, Ack): "departure.pass_seen",
+    (MemberState.DEPARTED, NewList): "departure.pass_seen",
+    (MemberState.DEPARTED, Confirm): "rotation.on_confirm",
     (MemberState.DEPARTED, Nack): "_on_nack",
 }
-"""Packet dispatch by (member state, packet type), to the engine's method of that name.  A member's packet not
-listed is counted as unhandled; a departed member ignores what is not listed (it only checks whether it may
-finish)."""
+"""Packet dispatch by (member state, packet type), to the engine's (or its part's) method of that name.  A
+member's packet not listed is counted as unhandled; a departed member ignores what is not listed (it only checks
+whether it may finish)."""

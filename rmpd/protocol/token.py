@@ -65,6 +65,8 @@ class Token:
         self.pass_sent_at: float | None = None
         self.null = Deadline()
         """When an idle token site passes the token on with a NULL ACK."""
+        self.overrun = False
+        """The application cannot take more deliveries for now: do not accept the token (section 4.6)."""
 
     @property
     def state(self) -> TokenState:

@@ -153,15 +153,21 @@ class InstallsViewsEarly(GroupEngine):
     """Shows a view change to the application as soon as the New List arrives, before the messages ordered
     ahead of it: members then split deliveries at different points."""
 
-    def _on_new_list(self, nl: NewList, now: float) -> None:
-        super()._on_new_list(nl, now)
-        views = self.views
-        if nl.new_view in views.known and nl.request_src is not None and not self.departed:
-            view = views.known[nl.new_view]
-            if view.view_id != views.app.view_id and self.pid in view:
-                views.app = view
-                self.outbox.record("view", now, ts=nl.ts, members=list(view.members), locks=[],
-                                   view=str(view.view_id))
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        place = self.rotation.on_new_list
+
+        def installing(nl: NewList, now: float) -> None:
+            place(nl, now)
+            views = self.views
+            if nl.new_view in views.known and nl.request_src is not None and not self.departed:
+                view = views.known[nl.new_view]
+                if view.view_id != views.app.view_id and self.pid in view:
+                    views.app = view
+                    self.outbox.record("view", now, ts=nl.ts, members=list(view.members), locks=[],
+                                       view=str(view.view_id))
+
+        self.rotation.on_new_list = installing  # type: ignore[method-assign]
 
 
 class IgnoresMinimumPartition(GroupEngine):

@@ -55,7 +55,7 @@ class Delivery:
         else:
             messages = ordering.messages_of(packet)
             if messages:
-                self.outbox.event(make_delivered(self.group, packet.src, packet.seq, packet.qos, ts,
+                self.outbox.events.append(make_delivered(self.group, packet.src, packet.seq, packet.qos, ts,
                                                  self.views.current.view_id, packet.handler, messages))
         if self.journal:
             extra: dict[str, Any] = {"parts": len(messages)} if len(messages) != 1 else {}

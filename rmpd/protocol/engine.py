@@ -158,8 +158,10 @@ class GroupEngine:
         timers.add("linger", self.departure, None)
         self.rotation = Rotation(pid, group, config, views, ordering, self.holdings, token, self.sender, repair,
                                  self.changes, self.departure, outbox, stats, own_ordered=self._maybe_request_leave)
-        self._dispatch: dict[tuple[MemberState, type], Callable[[Any, float], None]] = {
-            key: attrgetter(name)(self) for key, name in DISPATCH.items()}
+        handlers = {state: {kind: attrgetter(name)(self) for (at, kind), name in DISPATCH.items() if at is state}
+                    for state in MemberState}
+        self._member_handlers: dict[type, Callable[[Any, float], None]] = handlers[MemberState.MEMBER]
+        self._departed_handlers: dict[type, Callable[[Any, float], None]] = handlers[MemberState.DEPARTED]
 
         q = ordering.q
         if joined_by is not None:
@@ -383,9 +385,11 @@ class GroupEngine:
         if type(packet) is ListChangeRequest:  # addressed by group name, not view: see _on_request
             self._on_request(packet, now)
             return
-        committed = self.reformation.committed_by(packet.view)
-        if committed is not None:
-            self.reformation.commit(committed, now)  # the initiator committed: so do we
+        reformation = self.reformation
+        if reformation.participation is not None:
+            committed = reformation.committed_by(packet.view)
+            if committed is not None:
+                reformation.commit(committed, now)  # the initiator committed: so do we
         view = views.known.get(packet.view)  # type: ignore[arg-type]
         if view is None:
             self.stats["other_view"] += 1
@@ -401,13 +405,13 @@ class GroupEngine:
         self.stats["received"] += 1
         if self.config.journal:
             self.outbox.record_packet("recv", packet, now)
-        state = MemberState.DEPARTED if self.departed else MemberState.MEMBER
-        handler = self._dispatch.get((state, type(packet)))
-        if state is MemberState.DEPARTED:
+        if self.departure.departed:
+            handler = self._departed_handlers.get(type(packet))
             if handler is not None:
                 handler(packet, now)
             self.departure.check_finished(now)
             return
+        handler = self._member_handlers.get(type(packet))
         if handler is None:
             self.stats["unhandled_" + PACKET_NAMES[type(packet).__name__]] += 1
             return
@@ -554,37 +558,41 @@ class GroupEngine:
     # After every input
 
     def _progress(self, now: float) -> None:
-        if self.departed:
+        if self.departure.departed:
             # Out of the group: nothing more is delivered or ordered here, even if later slots are held (a
             # departed process delivering past the view that removed it would break virtual synchrony).
             return
-        ordering, token = self.ordering, self.token
+        ordering, token, reformation = self.ordering, self.token, self.reformation
         q = ordering.q
-        frozen = self.frozen
+        frozen = reformation.frozen
         if frozen:
             # Nothing is delivered or ordered during a reformation, but what the catch-up NACKs brought in must
             # count towards this member's sync point, or no member behind the shared one could ever reach it.
             q.advance()
-        while not self.frozen:
-            q.advance()
-            if ordering.deliver_ts <= q.contig:
-                self.delivery.total(now)
-            accepted = self.rotation.try_accept(now)
-            if not token.have_token:
+        else:
+            while True:
+                q.advance()
+                if ordering.deliver_ts <= q.contig:
+                    self.delivery.total(now)
+                accepted = self.rotation.try_accept(now)
+                if not token.have_token:
+                    break
+                if self.rotation.order_pending(now):
+                    if reformation.frozen:
+                        break
+                    continue  # the ACK passed the token on (in a group of one, back to ourselves)
+                if accepted is not None and accepted[1] != self.pid:
+                    # Nothing to order: confirm the pass explicitly (an ACK of ours would have confirmed it).
+                    self.outbox.unicast(accepted[1], Confirm(self.views.current.view_id, self.pid, accepted[0]),
+                                        now)
+                if token.null.deadline is None:
+                    self.rotation.schedule_null(now)
                 break
-            if self.rotation.order_pending(now):
-                continue  # the ACK passed the token on (in a group of one, back to ourselves)
-            if accepted is not None and accepted[1] != self.pid:
-                # Nothing to order: confirm the pass explicitly (an ACK of ours would have confirmed it).
-                self.outbox.unicast(accepted[1], Confirm(self.views.current.view_id, self.pid, accepted[0]), now)
-            if token.null.deadline is None:
-                self.rotation.schedule_null(now)
-            break
+            frozen = reformation.frozen
         ordering.free_stable(token.latest_ack_ts, self.holdings, self.views.current)
         # Stall: undelivered messages, own packets waiting to be ordered, a pass naming us not yet accepted, or
         # the ring passing the token in a view we do not know beyond any timestamp we know (``passed_by``: a New
         # List that left us out never reaches us, and without this we would stay in that view for ever).
-        frozen = self.frozen
         waiting = (ordering.deliver_ts <= q.high or bool(token.accept_target) or bool(self.sender.outstanding)
                    or self.repair.passed_by) and not frozen
         self.repair.watch(now, waiting=waiting, frozen=frozen)

@@ -274,8 +274,9 @@ class Ordering:
         A member that joined later never holds what was ordered before it came (it starts after its New List),
         so waiting for it would keep every slot of a group formed by joins forever."""
         q = self.q
+        holders_of, eligible = holdings.holders_of, holdings.eligible
         while q.base < self.deliver_ts and q.base < latest_ack_ts:
-            if not holdings.stable(q.base, view):
+            if holders_of(q.base) < eligible(q.base, view):
                 return
             slot = q.pop_front()
             if slot.key is not None:

@@ -260,8 +260,11 @@ class RmpProcess:
 
     def receive_packet(self, packet: Packet, now: float) -> None:
         """Route a packet: by its type to the process's own handlers, else to the group whose view it names."""
-        route = self._ROUTES.get(type(packet), RmpProcess._by_view)
-        route(self, packet, now)
+        route = self._ROUTES.get(type(packet))
+        if route is None:
+            self._by_view(packet, now)
+        else:
+            route(self, packet, now)
         self._collect(now)
 
     def _on_non_member_ack(self, ack: NonMemberAck, now: float) -> None:
@@ -420,10 +423,17 @@ class RmpProcess:
         self._events.extend(self.caller.events)
         self.caller.datagrams, self.caller.events = [], []
         for group, engine in list(self.engines.items()):
-            self._datagrams.extend(engine.datagrams_to_send())
-            self._events.extend(engine.events())
-            self._journal.extend(engine.journal_records())
-            if engine.finished:  # set whenever the engine says Left, in the same step
+            outbox = engine.outbox  # the engine's outputs, taken in place: this runs after every input
+            if outbox.datagrams:
+                self._datagrams.extend(outbox.datagrams)
+                outbox.datagrams = []
+            if outbox.events:
+                self._events.extend(outbox.events)
+                outbox.events = []
+            if outbox.records:
+                self._journal.extend(outbox.records)
+                outbox.records = []
+            if engine.departure.finished:  # set whenever the engine says Left, in the same step
                 self._last_seqs[group] = (engine.next_seq - 1, engine.next_unreliable_seq - 1)
                 self.stats.update(engine.stats)  # counters never go back when a group is left
                 del self.engines[group]

@@ -234,31 +234,35 @@ class Repair:
 
     def token_moved(self) -> None:
         """A new ACK: the ring moves, so no stall, and no hint is needed any more."""
-        self.stall.stop()
+        self.stall.deadline = None
         self.stall_tries = 0
         self.hint_target = None
         self.passed_by = False
-        self.hint.stop()
+        self.hint.deadline = None
         self.hint_gap = self.config.nack_timeout
 
     def watch(self, now: float, *, waiting: bool, frozen: bool) -> None:
         """After every input: NACK holes (the first NACK waits a little so reordering alone does not cause one),
         and time a stall while ``waiting`` (for deliveries, the token, or own packets to be ordered)."""
         q = self.ordering.q
+        nack = self.nack
         if q.contig != self.nack_contig:
             self.hole_filled(now)
         if q.contig < q.high:
             if self.named_with_holes():
-                self.nack.deadline = now  # the ring waits on us: ask at once
-            elif self.nack.deadline is None:
-                self.nack.deadline = now + self.nack_wait()
+                nack.deadline = now  # the ring waits on us: ask at once
+            elif nack.deadline is None:
+                nack.deadline = now + self.nack_wait()
         else:
-            self.nack.stop()
-        self.watch_source_gaps(now, frozen)
-        if waiting and self.stall.deadline is None:
-            self.stall.deadline = now + self.config.stall_timeout
-        elif not waiting:
-            self.stall.stop()
+            nack.deadline = None
+        if self.gappy or self.gap_first is not None:
+            self.watch_source_gaps(now, frozen)
+        stall = self.stall
+        if waiting:
+            if stall.deadline is None:
+                stall.deadline = now + self.config.stall_timeout
+        else:
+            stall.deadline = None
             self.stall_tries = 0
 
     # ------------------------------------------------------------------------------------------------------------

@@ -35,23 +35,27 @@ class Holdings:
 
         A member that joined after ``ts`` never held it, whatever its later ACKs say."""
         since = self.member_since
-        others = sum(1 for m, h in self.through.items() if h >= ts and since.get(m, 0) <= ts)
-        return others + (1 if self.q.contig >= ts else 0)
+        count = 1 if self.q.contig >= ts else 0
+        for m, h in self.through.items():  # a plain loop: this runs for every slot freed
+            if h >= ts and since.get(m, 0) <= ts:
+                count += 1
+        return count
 
     def eligible(self, ts: int, view: View) -> int:
         """Members that can still prove they hold ``ts``: this process and the others of ``view`` that were
         members at ``ts``.  A member that left on its own had its messages ordered before it went, so a packet is
         not held back waiting for it."""
-        since = self.member_since
-        return 1 + sum(1 for m in view.members if m != self.pid and since.get(m, 0) <= ts)
+        since, pid = self.member_since, self.pid
+        count = 1
+        for m in view.members:
+            if m != pid and since.get(m, 0) <= ts:
+                count += 1
+        return count
 
     def needed(self, qos: QoS, ts: int, view: View) -> int:
         """Members that must be known to hold the slot at ``ts`` before a resilient packet there is delivered: the
         QoS rule over MaxN, lowered to the members that can still prove it (``eligible``)."""
         return min(qos.required_holders(self.max_n()), self.eligible(ts, view))
-
-    def stable(self, ts: int, view: View) -> bool:
-        return self.holders_of(ts) >= self.eligible(ts, view)
 
     def max_n(self) -> int:
         """MaxN: the largest view any packet still held was ordered in."""
@@ -71,8 +75,9 @@ class Holdings:
 
     def freed(self, base: int) -> None:
         """Slots before ``base`` were freed: views older than the one in force at ``base`` no longer count."""
-        if len(self.view_sizes) > 1 and self.view_sizes[1][0] <= base:
-            self.view_sizes.pop(0)
+        sizes = self.view_sizes
+        if len(sizes) > 1 and sizes[1][0] <= base:
+            sizes.pop(0)
 
     def reformed(self, ts: int, size: int) -> None:
         """A reformation's New List at ``ts``: every member of the new view reached the sync point, so all it

@@ -110,15 +110,24 @@ class GroupCalls:
         self.server.collect(self.clock)
         if not responder:
             return verdict, action, None
-        if action is Action.START:
-            return verdict, action, None if has_handler else Answer(CallStatus.ACK)
-        if action is Action.ACK:
-            return verdict, action, Answer(CallStatus.ACK)
-        if action is Action.RESEND:
-            if not has_handler:
-                return verdict, action, Answer(CallStatus.ACK)
-            return verdict, action, Answer(CallStatus.REPLY, stored)
-        if action is Action.REFUSE:
-            status = CallStatus.TOO_EARLY if verdict is Verdict.TOO_EARLY else CallStatus.UNKNOWN
-            return verdict, action, Answer(status)
-        return verdict, action, None
+        status = RESPONDER_ANSWERS.get((action, has_handler))
+        if status is None:
+            return verdict, action, None
+        if action is Action.REFUSE and verdict is Verdict.TOO_EARLY:
+            status = CallStatus.TOO_EARLY
+        return verdict, action, Answer(status, stored if status is CallStatus.REPLY else None)
+
+
+RESPONDER_ANSWERS: dict[tuple[Action, bool], CallStatus] = {
+    (Action.START, False): CallStatus.ACK,
+    (Action.ACK, False): CallStatus.ACK,
+    (Action.ACK, True): CallStatus.ACK,
+    (Action.RESEND, False): CallStatus.ACK,
+    (Action.RESEND, True): CallStatus.REPLY,
+    (Action.REFUSE, False): CallStatus.UNKNOWN,
+    (Action.REFUSE, True): CallStatus.UNKNOWN,
+}
+"""The call decisions (SCMP figure 3-1) as a table: what the responder tells the caller, by the server's action
+and whether the call names a handler.  A new call with a handler is answered by the handler's reply; one without
+is done once delivered, so it and its copies get an ACK.  A refused call's fate is unknown, or, when its stamp is
+after ``latest``, it is too early (``TOO_EARLY`` replaces ``UNKNOWN``).  An ignored copy gets nothing."""

@@ -44,7 +44,6 @@ from .limits import check_handler, check_lock, check_message_size
 from .membership import Op
 from .multirpc import ScmpSettings
 from .ordering import Held, Ordering
-from .orderingq import SlotKind, SlotState
 from .outbox import PACKET_NAMES, Outbox, Outputs, Views
 from .packets import (
     Ack,
@@ -163,22 +162,7 @@ class GroupEngine:
         self._member_handlers: dict[type, Callable[[Any, float], None]] = handlers[MemberState.MEMBER]
         self._departed_handlers: dict[type, Callable[[Any, float], None]] = handlers[MemberState.DEPARTED]
 
-        q = ordering.q
-        if joined_by is not None:
-            ordering.ordered_upto.update(joined_by.seqs)
-            ordering.src_next.update({src: seq + 1 for src, seq in joined_by.seqs})
-            q.place_control(start_ts, SlotKind.VIEW, joined_by)
-        else:
-            # A founder whose numbering does not start at 1 (a daemon numbers from its start time) says so in the
-            # group's first order, or its first message would wait forever behind sequence numbers never sent.
-            ordering.ordered_upto[pid] = first_seq - 1
-            ordering.src_next[pid] = first_seq
-            q.place_control(start_ts, SlotKind.VIEW, ("initial", view.view_id))
-        first_slot = q.get(start_ts)
-        assert first_slot is not None
-        first_slot.state = SlotState.DELIVERED
-        q.advance()
-        ordering.deliver_ts = start_ts + 1
+        ordering.start(pid, joined_by, first_seq, view.view_id)
         outbox.event(ViewInstalled(group, view.view_id, view.members, start_ts))
         outbox.record("view", now, ts=start_ts, members=list(view.members), locks=[list(x) for x in view.locks],
                       view=str(view.view_id))
@@ -399,7 +383,7 @@ class GroupEngine:
         if src not in view:
             self.stats["non_member"] += 1
             return
-        if self._beyond_horizon(packet):
+        if self.ordering.beyond_horizon(packet, self.config.max_ahead):
             self.stats["beyond_horizon"] += 1
             return
         self.stats["received"] += 1
@@ -439,27 +423,8 @@ class GroupEngine:
             self._progress(now)
 
     def witness_of_unknown_view(self, packet: Packet) -> ProcessId | None:
-        """A member of our view that can tell us about the view ``packet`` is stamped with, if there is one.
-
-        The sender, when it is one of ours; otherwise the view's creator, when it is one of ours: a member that a
-        New List we missed brought in speaks in a view we do not know, and passes us the token in it, but the token
-        site that created that view holds the New List.
-        """
-        view = self.views.current
-        src = getattr(packet, "src", None)
-        if src in view:
-            return src
-        creator = packet.view.creator if packet.view is not None else None
-        if creator in view and creator != self.pid:
-            return creator
-        return None
-
-    def _beyond_horizon(self, packet: Packet) -> bool:
-        """Does the packet name a timestamp too far ahead to make room for (``max_ahead``)?"""
-        ts = getattr(packet, "ts", None)
-        if ts is None:
-            ts = getattr(packet, "sync_ts", None)
-        return ts is not None and ts > self.ordering.q.contig + self.config.max_ahead
+        """A member of our view that can tell us about the view ``packet`` is stamped with (``Views.witness``)."""
+        return self.views.witness(packet, self.pid)
 
     # ------------------------------------------------------------------------------------------------------------
     # Timers

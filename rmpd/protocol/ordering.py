@@ -12,9 +12,9 @@ from collections import Counter
 from collections.abc import Callable
 from enum import Enum
 
-from .ids import ProcessId
+from .ids import ProcessId, ViewId
 from .orderingq import OrderingQ, Slot, SlotKind, SlotState
-from .packets import Ack, Data, Fragment, Relayed
+from .packets import Ack, Data, Fragment, NewList, Packet, Relayed
 from .qos import DELIVERY_RULES, Gate
 from .stability import Holdings
 from .view import View
@@ -53,6 +53,33 @@ class Ordering:
         """Pieces of a fragmented message delivered so far, per source."""
         self.source_restarts: dict[ProcessId, int] = {}
         """Members (re)joining in a New List not yet delivered: their messages are delivered from this + 1 on."""
+
+    def start(self, pid: ProcessId, joined_by: NewList | None, first_seq: int, view_id: ViewId) -> None:
+        """The first slot: the New List that admitted this member, or the founding of the view.  It counts as
+        delivered (the application is told of the view when the engine starts)."""
+        q, ts = self.q, self.deliver_ts
+        if joined_by is not None:
+            self.ordered_upto.update(joined_by.seqs)
+            self.src_next.update({src: seq + 1 for src, seq in joined_by.seqs})
+            q.place_control(ts, SlotKind.VIEW, joined_by)
+        else:
+            # A founder whose numbering does not start at 1 (a daemon numbers from its start time) says so in the
+            # group's first order, or its first message would wait forever behind sequence numbers never sent.
+            self.ordered_upto[pid] = first_seq - 1
+            self.src_next[pid] = first_seq
+            q.place_control(ts, SlotKind.VIEW, ("initial", view_id))
+        first_slot = q.get(ts)
+        assert first_slot is not None
+        first_slot.state = SlotState.DELIVERED
+        q.advance()
+        self.deliver_ts = ts + 1
+
+    def beyond_horizon(self, packet: Packet, max_ahead: int) -> bool:
+        """Does the packet name a timestamp too far ahead to make room for (``max_ahead``)?"""
+        ts = getattr(packet, "ts", None)
+        if ts is None:
+            ts = getattr(packet, "sync_ts", None)
+        return ts is not None and ts > self.q.contig + max_ahead
 
     # ------------------------------------------------------------------------------------------------------------
     # Holding and ordering

@@ -53,6 +53,22 @@ class Views:
         """The view the application has seen installed (changes when the New List is delivered)."""
         self.known: dict[ViewId, View] = {view.view_id: view}
 
+    def witness(self, packet: Packet, pid: ProcessId) -> ProcessId | None:
+        """A member of our view that can tell us about the view ``packet`` is stamped with, if there is one.
+
+        The sender, when it is one of ours; otherwise the view's creator, when it is one of ours: a member that a
+        New List we missed brought in speaks in a view we do not know, and passes us the token in it, but the token
+        site that created that view holds the New List.
+        """
+        view = self.current
+        src = getattr(packet, "src", None)
+        if src in view:
+            return src
+        creator = packet.view.creator if packet.view is not None else None
+        if creator in view and creator != pid:
+            return creator
+        return None
+
 
 def _ack_fields(packet: Ack) -> dict[str, Any]:
     return {"ts": packet.ts, "src": packet.src, "next": packet.next_site,

@@ -8,11 +8,12 @@ requests that wait for the protocol (join, lock) park a trio.Event until the mat
 from __future__ import annotations
 
 import contextlib
-from collections import defaultdict, deque
+from collections import Counter, defaultdict, deque
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
+from typing import Any
 
 import trio
 
@@ -25,7 +26,7 @@ from rmpd.protocol.limits import BadArgument, check_message_size
 from rmpd.protocol.naming import DEFAULT_RANGE
 from rmpd.protocol.process import NotMember
 from rmpd.protocol.qos import QoS
-from rmpd.runtime.adapter import OVERRUN_GRACE
+from rmpd.runtime.adapter import Application
 from rmpd.runtime.auth import DatagramGuard, load_key_file
 from rmpd.runtime.journal import FlushingJournal
 from rmpd.runtime.loop import ProcessLoop
@@ -47,12 +48,23 @@ def _refused() -> Iterator[None]:
 
 
 class _Wait:
+    """A task waiting for the process to answer its join or lock."""
+
     __slots__ = ("done", "error", "granted")
 
     def __init__(self) -> None:
         self.done = trio.Event()
         self.granted = False
         self.error: RmpdError | None = None
+
+    def ok(self, fields: dict[str, Any]) -> None:
+        del fields
+        self.granted = True
+        self.done.set()
+
+    def fail(self, code: str, message: str) -> None:
+        self.error = RmpdError(code, message)
+        self.done.set()
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,13 +96,13 @@ class Node:
         self._loop: ProcessLoop | None = None
         self._nursery_manager: trio.Nursery | None = None
         self._groups: dict[str, Group] = {}
-        self._joins: dict[str, list[_Wait]] = defaultdict(list)
         self._locks: dict[tuple[str, int, str], deque[_Wait]] = defaultdict(deque)
         self._calls: dict[int, tuple[trio.Event, list[CallAnswered]]] = {}
         self._poster = Poster(self._send_batch)
         self._coalescer = Coalescer(self._poster, self._hand_over_batch, self._wait_for_room)
-        self._overrun: dict[str, float] = {}
-        """Groups not accepting the token because their reader is behind, with since when."""
+        self._app: Application | None = None
+        """Join waiters, rejoin on Left and the overrun rule, as the daemon's hub has them too."""
+        self.stats: Counter[str] = Counter()
         self._cm = None
         self._stopped: RmpdError | None = None
         """Set once the node has stopped: every later request raises it."""
@@ -103,7 +115,7 @@ class Node:
 
     def statistics(self) -> NodeStatistics:
         """A snapshot for monitoring, and for tests to assert on."""
-        return NodeStatistics(frozenset(self._overrun))
+        return NodeStatistics(frozenset(self._app.overrun) if self._app is not None else frozenset())
 
     async def __aenter__(self) -> Node:
         journal = FlushingJournal(self._journal) if self._journal is not None else None
@@ -111,6 +123,7 @@ class Node:
                                  address_range=self._range, ttl=self._ttl, multicast=self._multicast,
                                  journal=journal, guard=self._guard)
         self._loop.application = self
+        self._app = Application(self._loop, self.stats)
         self._cm = trio.open_nursery()
         nursery = await self._cm.__aenter__()
         await nursery.start(self._loop.run)
@@ -135,6 +148,8 @@ class Node:
             raise single_error(group) from None
         finally:
             stopped = self._stopped = RmpdError("stopped", "the node has stopped")
+            if self._app is not None:
+                self._app.stopping = True
             self._poster.fail(stopped)
             for group in self._groups.values():
                 group._end(stopped)
@@ -172,13 +187,12 @@ class Node:
             return self._groups[name]
         group = self._groups[name] = Group(self, name, "", [])
         wait = _Wait()
-        self._joins[name].append(wait)
+        assert self._app is not None
         try:
-            loop.join(name, ttl=ttl, min_partition=min_partition or 1, existing_only=existing_only)
+            view = self._app.join(name, wait, ttl=ttl, min_partition=min_partition or 1, existing_only=existing_only)
         except ValueError as exc:
             self._groups.pop(name, None)
             raise RmpdError("bad-request", str(exc)) from None
-        view = loop.view(name)
         if view is None:
             await wait.done.wait()
         if wait.error is not None:
@@ -303,49 +317,38 @@ class Node:
         if refused is not None:
             raise refused
 
-    def _rejoin(self, name: str) -> None:
-        if not self._joins.get(name) or self._stopped is not None:
-            return
-        loop = self._require()
-        try:
-            loop.join(name, ttl=loop.group_ttl.get(name))
-        except ValueError as exc:
-            for wait in self._joins.pop(name, []):
-                wait.error = RmpdError("join-failed", str(exc))
-                wait.done.set()
-
     # A reader behind: section 4.6
 
     def _check_overrun(self) -> None:
         """After each drain: a group whose reader has EVENT_BUFFER events unread stops accepting the token until the
         reader is down to half of that (as the daemon does for its clients), instead of dropping deliveries; a
         reader still behind after OVERRUN_GRACE is cut off as a slow consumer, since the ring waits for it."""
-        loop = self._require()
-        now = trio.current_time()
-        for name, group in list(self._groups.items()):
-            since = self._overrun.get(name)
-            if group._events.closed:
-                continue
-            if since is None:
-                if len(group._events) >= EVENT_BUFFER:
-                    self._overrun[name] = now
-                    group._when_caught_up(EVENT_BUFFER // 2, lambda name=name: self._reader_caught_up(name))
-                    loop.set_overrun(name, True)
-            elif now - since > OVERRUN_GRACE:
-                group._end(RmpdError("slow-consumer", f"the reader of {name!r} fell too far behind"))
-                self._caught_up(name)
+        app = self._app
+        if app is None or (not app.overrun and all(len(g._events) < EVENT_BUFFER for g in self._groups.values())):
+            return  # nobody is behind and no group holds the token back: the common case
+        app.check_overrun(list(self._groups.keys() | app.overrun.keys()), self._reader_behind, self._cut_reader)
 
-    def _reader_caught_up(self, name: str) -> None:
-        """From the reader, outside any step: its requests are drained as one."""
+    def _reader_behind(self, name: str) -> bool:
+        group = self._groups.get(name)
+        if group is None or group._events.closed:
+            return False
+        if self._app is not None and name in self._app.overrun:
+            return len(group._events) > EVENT_BUFFER // 2
+        if len(group._events) < EVENT_BUFFER:
+            return False
+        group._when_caught_up(EVENT_BUFFER // 2, self._reader_caught_up)
+        return True
+
+    def _cut_reader(self, name: str) -> None:
+        group = self._groups.get(name)
+        if group is not None:
+            group._end(RmpdError("slow-consumer", f"the reader of {name!r} fell too far behind"))
+
+    def _reader_caught_up(self) -> None:
+        """From the reader, outside any step: what it asks is drained as one step."""
         if self._loop is not None:
             with self._loop.one_step():
-                self._caught_up(name)
-
-    def _caught_up(self, name: str) -> None:
-        if self._overrun.pop(name, None) is not None and self._loop is not None:
-            self._loop.set_overrun(name, False)
-
-    # Engine events -> Group events
+                self._check_overrun()
 
     def handle_events(self, events: list[EngineEvent]) -> None:
         """One drain's events, in order; then whether a reader fell behind."""
@@ -378,23 +381,18 @@ class Node:
         if isinstance(event, ViewInstalled):
             if group is not None:
                 group._feed_view(ViewChange(str(event.view), tuple(event.members), event.group))
-            for wait in self._joins.pop(event.group, []):
-                wait.done.set()
+            if self._app is not None:
+                self._app.view_installed(event)
         elif isinstance(event, LockResult):
             waits = self._locks.get((event.group, event.lock, event.op))
             if waits:
                 wait = waits.popleft()
                 wait.granted = event.granted
                 wait.done.set()
-        elif isinstance(event, Left) and self._joins.get(event.group):
-            # Asked to join again while this node was still leaving: join once out, as the daemon does (the
-            # group object waiting is the new one, not the one this Left ends).
-            self._rejoin(event.group)
         elif isinstance(event, Left | JoinFailed):
+            if self._app is not None and self._app.ended(event):
+                return  # asked to join again while still leaving: joined again (the group waiting is the new one)
             error = RmpdError("join-failed" if isinstance(event, JoinFailed) else "left", event.reason)
-            for wait in self._joins.pop(event.group, []):
-                wait.error = error
-                wait.done.set()
             for key in [k for k in self._locks if k[0] == event.group]:
                 for wait in self._locks.pop(key):
                     wait.error = error

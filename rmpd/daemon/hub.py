@@ -17,8 +17,6 @@ import logging
 from collections import defaultdict, deque
 from typing import Any
 
-import trio
-
 from rmpd import localapi
 from rmpd.localapi import DeliveryRun, Request, RequestError, encode_frame, parse_request, qos_name
 from rmpd.protocol.events import (
@@ -36,7 +34,7 @@ from rmpd.protocol.ids import view_name
 from rmpd.protocol.limits import BadArgument
 from rmpd.protocol.process import NotMember
 from rmpd.protocol.status import GroupStatus
-from rmpd.runtime.adapter import OVERRUN_GRACE
+from rmpd.runtime.adapter import OVERRUN_GRACE, Application
 from rmpd.runtime.loop import ProcessLoop
 
 from .session import Session
@@ -59,6 +57,22 @@ DELIVERY_FRAME_BYTES = 4 * 1024 * 1024
 """Payload bytes gathered into one deliveries frame before another is started."""
 
 
+class SessionReply:
+    """A request parked until the process answers it: the client's session and the request's id."""
+
+    __slots__ = ("rid", "session")
+
+    def __init__(self, session: Session, rid: Any) -> None:
+        self.session = session
+        self.rid = rid
+
+    def ok(self, fields: dict[str, Any]) -> None:
+        self.session.push(localapi.ok_reply(self.rid, fields))
+
+    def fail(self, code: str, message: str) -> None:
+        self.session.push(localapi.error_reply(self.rid, code, message))
+
+
 class Hub:
     def __init__(self, loop: ProcessLoop, socket_path: str, overrun_frames: int = 5000) -> None:
         self.loop = loop
@@ -66,7 +80,6 @@ class Hub:
         self.sessions: set[Session] = set()
         self.attached: dict[str, set[Session]] = defaultdict(set)
         self.persistent: set[str] = set()
-        self.join_waiters: dict[str, list[Waiter]] = defaultdict(list)
         self.lock_waiters: dict[tuple[str, int, str], deque[tuple[Session, Any, Owner]]] = {}
         self.lock_owner: dict[tuple[str, int], Owner] = {}
         """Locks this daemon holds per group, and the local client each belongs to (None once it went away)."""
@@ -79,8 +92,8 @@ class Hub:
         loop.application = self
         self.deliveries: dict[str, list[DeliveryRun]] = defaultdict(list)
         """Deliveries of the current drain per group, not yet pushed to clients, one run per packet delivered."""
-        self.overrun: dict[str, float] = {}
-        """Groups whose engine is holding the token back because a local client is far behind, and since when."""
+        self.app = Application(loop, self.stats)
+        """Join waiters, rejoin on Left, and the overrun rule, as the embedded node has them too."""
         self.overrun_frames = overrun_frames
 
     # ------------------------------------------------------------------------------------------------------------
@@ -95,8 +108,7 @@ class Hub:
         self.sessions.discard(session)
         for group in list(session.groups):
             self._detach(session, group)
-        for waiters in self.join_waiters.values():
-            waiters[:] = [w for w in waiters if w[0] is not session]
+        self.app.forget(lambda reply: isinstance(reply, SessionReply) and reply.session is session)
         for parked in self.send_waiters.values():
             parked[:] = [w for w in parked if w[0] is not session]
         for call_id, (waiter, _) in list(self.call_waiters.items()):
@@ -198,16 +210,14 @@ class Hub:
             session.groups.add(group)
             self.attached[group].add(session)
         try:
-            self.loop.join(group, ttl=request.ttl, min_partition=request.min_partition or 1,
-                            existing_only=request.existing_only)
+            view = self.app.join(group, SessionReply(session, request.id), ttl=request.ttl,
+                                 min_partition=request.min_partition or 1, existing_only=request.existing_only)
         except ValueError as exc:
             self._detach(session, group)
             self.persistent.discard(group)
             raise RequestError(localapi.BAD_REQUEST, str(exc)) from None
-        view = self.loop.view(group)
-        if view is not None and self.loop.is_member(group):
+        if view is not None:
             return {"view": str(view.view_id), "members": list(view.members)}
-        self.join_waiters[group].append((session, request.id))  # if the daemon is leaving: joined again on Left
         return None
 
     def _op_leave(self, session: Session, request: Request) -> dict[str, Any]:
@@ -373,9 +383,7 @@ class Hub:
         if isinstance(event, ViewInstalled):
             members = list(event.members)
             self._fan_out(event.group, localapi.view_event(event.group, str(event.view), members, event.ts))
-            if self.loop.is_member(event.group):  # not a view installed on the way out of a previous membership
-                for session, rid in self.join_waiters.pop(event.group, []):
-                    session.push(localapi.ok_reply(rid, {"view": str(event.view), "members": members}))
+            self.app.view_installed(event)
             for (group, lock), owner in list(self.lock_owner.items()):
                 if group == event.group and self.loop.pid in members and owner is None:
                     self._release(group, lock)
@@ -407,31 +415,25 @@ class Hub:
         until the client catches up (section 4.6), rather than letting the client fall further behind.  A client
         still behind after OVERRUN_GRACE seconds is cut off as a slow consumer: one stuck reader must not stall the
         ring until the others declare this daemon failed."""
-        if not self.overrun and all(s.queued_frames <= self.overrun_frames and s.queued_bytes <= OVERRUN_BYTES
-                                    for s in self.sessions):
+        if not self.app.overrun and all(s.queued_frames <= self.overrun_frames and s.queued_bytes <= OVERRUN_BYTES
+                                        for s in self.sessions):
             return  # nobody is behind and no group holds the token back: the common case, checked cheaply
-        now = trio.current_time()
-        for group in list(self.attached.keys() | self.overrun.keys()):
-            behind = [s for s in self.attached.get(group, ()) if not s.closed and (
-                s.queued > self.overrun_frames or s.queued_bytes > OVERRUN_BYTES)]
-            since = self.overrun.get(group)
-            if behind and since is not None and now - since > OVERRUN_GRACE:
-                for session in behind:
-                    session.cut(localapi.SLOW_CONSUMER, f"held the group {group!r} back for {OVERRUN_GRACE:g} s")
-                    self.stats["overrun_cut"] += 1
-                behind = []
-            if bool(behind) != (since is not None):
-                if behind:
-                    self.overrun[group] = now
-                else:
-                    del self.overrun[group]
-                self.stats["overrun_on" if behind else "overrun_off"] += 1
-                self.loop.set_overrun(group, bool(behind))
+        self.app.check_overrun(list(self.attached.keys() | self.app.overrun.keys()),
+                               lambda group: bool(self._clients_behind(group)), self._cut_clients_behind)
+
+    def _clients_behind(self, group: str) -> list[Session]:
+        return [s for s in self.attached.get(group, ()) if not s.closed and (
+            s.queued > self.overrun_frames or s.queued_bytes > OVERRUN_BYTES)]
+
+    def _cut_clients_behind(self, group: str) -> None:
+        for session in self._clients_behind(group):
+            session.cut(localapi.SLOW_CONSUMER, f"held the group {group!r} back for {OVERRUN_GRACE:g} s")
+            self.stats["overrun_cut"] += 1
 
     def _client_caught_up(self) -> None:
         """After a write to a client: a group it held back may take the token again (drained as one step).  A
         write only shortens a queue, so with no group held back there is nothing to check."""
-        if not self.overrun:
+        if not self.app.overrun:
             return
         with self.loop.one_step():
             self._check_overrun()
@@ -464,25 +466,10 @@ class Hub:
                 session.push(localapi.error_reply(rid, localapi.LOCK_DENIED,
                                                   f"{event.op} of lock {event.lock} was refused by the group"))
 
-    def _auth_hint(self) -> str:
-        """Why a join may have gone unanswered: traffic this daemon heard but could not verify."""
-        sources = self.loop.guard.unverified_sources
-        if not sources:
-            return ""
-        keyed = "with a different auth key" if self.loop.guard.keyed else "with an auth key this daemon lacks"
-        return (f"; this daemon dropped {sum(sources.values())} datagram(s) it could not verify from "
-                f"{', '.join(sorted(sources)[:3])}: the group is probably keyed {keyed}")
-
     def _gone(self, event: Left | JoinFailed) -> None:
         group = event.group
-        if isinstance(event, Left) and self.join_waiters.get(group):
-            # Someone asked to join while the daemon was still finishing its leave: join again now.
-            self._rejoin(group)
-            return
-        code = localapi.JOIN_FAILED if isinstance(event, JoinFailed) else localapi.LEFT
-        message = event.reason + self._auth_hint() if isinstance(event, JoinFailed) else event.reason
-        for session, rid in self.join_waiters.pop(group, []):
-            session.push(localapi.error_reply(rid, code, message))
+        if self.app.ended(event):
+            return  # someone asked to join while the daemon was still finishing its leave: joined again
         for (g, lock, _op), waiters in list(self.lock_waiters.items()):
             if g == group:
                 for session, rid, _owner in waiters:
@@ -495,21 +482,10 @@ class Hub:
             session.groups.discard(group)
         self.persistent.discard(group)
 
-    def _rejoin(self, group: str) -> None:
-        """Join again for clients that asked while the daemon was on its way out of the group."""
-        waiters = self.join_waiters.get(group)
-        if not waiters or self.shutting_down:
-            return
-        try:
-            self.loop.join(group, ttl=self.loop.group_ttl.get(group))
-        except ValueError as exc:
-            for session, rid in self.join_waiters.pop(group, []):
-                session.push(localapi.error_reply(rid, localapi.JOIN_FAILED, str(exc)))
-
     # ------------------------------------------------------------------------------------------------------------
 
     def leave_all(self) -> None:
         """Shutdown: refuse new requests and leave every group."""
-        self.shutting_down = True
+        self.shutting_down = self.app.stopping = True
         for group in self.loop.groups():
             self._leave_group(group)

@@ -1,10 +1,133 @@
 """What every application of a process does alike: the daemon's hub for its local clients, and the embedded node
 for its own program.
 
-OVERRUN_GRACE bounds how long a group may refuse the token for a reader that is behind (section 4.6)."""
+Both park a join until the process is in a view of the group, join again when a join was asked for while the
+process was still on its way out of the group (its ``Left`` comes first), explain a join that failed, and hold a
+group's token back while a reader of it is behind (section 4.6), cutting that reader off after OVERRUN_GRACE.
+They differ in who waits (a client's request, or a task) and in what "behind" and "cut off" mean; those they pass
+in.  The adapter makes its requests through the loop, so when it runs from an application's ``handle_events``
+they are drained after it, never inside the drain that produced the event.
+"""
 
 from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable, Iterable, MutableMapping
+from typing import Any, Protocol
+
+import trio
+
+from rmpd.localapi import JOIN_FAILED, LEFT
+from rmpd.protocol.events import JoinFailed, Left, ViewInstalled
+from rmpd.protocol.view import View
+
+from .loop import ProcessLoop
 
 OVERRUN_GRACE = 1.0
 """Seconds a group may hold the token back for a reader that is behind before that reader is cut off; well under the
 time the ring takes to declare a silent token site failed (ten doubling retries)."""
+
+
+class Reply(Protocol):
+    """Whoever waits for a join: answered once, with the view's fields or with an error code and message."""
+
+    def ok(self, fields: dict[str, Any]) -> None: ...
+
+    def fail(self, code: str, message: str) -> None: ...
+
+
+class Application:
+    """Join waiters, rejoin on ``Left`` and the overrun rule, over one :class:`ProcessLoop`."""
+
+    def __init__(self, loop: ProcessLoop, stats: MutableMapping[str, int]) -> None:
+        self.loop = loop
+        self.stats = stats
+        """Counts overrun_on, overrun_off and overrun_cut (shared with the owner's own counters)."""
+        self.join_waiters: dict[str, list[Reply]] = defaultdict(list)
+        self.overrun: dict[str, float] = {}
+        """Groups whose process holds the token back because a reader is behind, and since when."""
+        self.stopping = False
+        """Set on shutdown: a Left no longer leads to a rejoin."""
+
+    # ------------------------------------------------------------------------------------------------------------
+    # Joins
+
+    def join(self, group: str, reply: Reply, *, ttl: int | None = None, min_partition: int = 1,
+             existing_only: bool = False) -> View | None:
+        """Join ``group`` for ``reply``: the view at once when the process is a member already (nothing parked),
+        else None, and ``reply`` is answered once it is in a view or the join failed.  ValueError for a group
+        name that cannot be joined (nothing parked)."""
+        self.loop.join(group, ttl=ttl, min_partition=min_partition, existing_only=existing_only)
+        view = self.loop.view(group)
+        if view is not None and self.loop.is_member(group):
+            return view
+        self.join_waiters[group].append(reply)  # if the process is leaving: joined again on Left
+        return None
+
+    def forget(self, gone: Callable[[Reply], bool]) -> None:
+        """Join waiters for which ``gone`` is true no longer wait (their client went away)."""
+        for waiters in self.join_waiters.values():
+            waiters[:] = [w for w in waiters if not gone(w)]
+
+    def view_installed(self, event: ViewInstalled) -> None:
+        """Answer the group's join waiters, unless this is a view installed on the way out of a membership."""
+        if self.loop.is_member(event.group):
+            answer = {"view": str(event.view), "members": list(event.members)}
+            for reply in self.join_waiters.pop(event.group, []):
+                reply.ok(answer)
+
+    def ended(self, event: Left | JoinFailed) -> bool:
+        """A membership or a join ended.  True when a join was asked for meanwhile and the process joins again
+        (the membership goes on for the application); otherwise the join waiters get the error."""
+        group = event.group
+        if isinstance(event, Left) and self.join_waiters.get(group) and not self.stopping:
+            self._rejoin(group)
+            return True
+        code = JOIN_FAILED if isinstance(event, JoinFailed) else LEFT
+        message = event.reason + self.auth_hint() if isinstance(event, JoinFailed) else event.reason
+        for reply in self.join_waiters.pop(group, []):
+            reply.fail(code, message)
+        return False
+
+    def _rejoin(self, group: str) -> None:
+        try:
+            self.loop.join(group, ttl=self.loop.group_ttl.get(group))
+        except ValueError as exc:
+            for reply in self.join_waiters.pop(group, []):
+                reply.fail(JOIN_FAILED, str(exc))
+
+    def auth_hint(self) -> str:
+        """Why a join may have gone unanswered: traffic this process heard but could not verify."""
+        guard = self.loop.guard
+        sources = guard.unverified_sources
+        if not sources:
+            return ""
+        keyed = "with a different auth key" if guard.keyed else "with an auth key this process lacks"
+        return (f"; this process dropped {sum(sources.values())} datagram(s) it could not verify from "
+                f"{', '.join(sorted(sources)[:3])}: the group is probably keyed {keyed}")
+
+    # ------------------------------------------------------------------------------------------------------------
+    # A reader behind (section 4.6)
+
+    def check_overrun(self, groups: Iterable[str], behind: Callable[[str], bool],
+                      cut: Callable[[str], None]) -> None:
+        """For each of ``groups``: while ``behind(group)``, the process refuses the group's token, so the ring waits
+        instead of the reader falling further behind; a reader still behind after OVERRUN_GRACE is ``cut`` off
+        (one stuck reader must not stall the ring until the others declare this process failed)."""
+        now = trio.current_time()
+        for group in groups:
+            is_behind = behind(group)
+            since = self.overrun.get(group)
+            if is_behind and since is not None and now - since > OVERRUN_GRACE:
+                cut(group)
+                is_behind = False
+            if is_behind != (since is not None):
+                if is_behind:
+                    self.overrun[group] = now
+                else:
+                    del self.overrun[group]
+                self.stats["overrun_on" if is_behind else "overrun_off"] += 1
+                self.loop.set_overrun(group, is_behind)
+
+
+__all__ = ["OVERRUN_GRACE", "Application", "Reply"]

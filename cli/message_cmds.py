@@ -88,7 +88,7 @@ def listen(
 
     async def body(client: Client) -> int:
         handle = await client.join(group)
-        err.print(f"listening on {group}: view {handle.view}, {len(handle._members)} member(s)", highlight=False)
+        err.print(f"listening on {group}: view {handle.view}, {len(handle.known_members)} member(s)", highlight=False)
         seen = 0
         if count == 0:
             return 0

@@ -156,6 +156,10 @@ class RmpProcess:
         self._collect(now)
         return call_id
 
+    def cancel_call(self, call_id: int) -> None:
+        """Forget this process's own call ``call_id`` (its caller gave up): no answer for it is reported."""
+        self.caller.cancel(call_id)
+
     def reply(self, group: str, caller: ProcessId, conn: int, stamp: int, payload: bytes, now: float) -> bool:
         """Answer a :class:`CallRequest` this process received."""
         ok = self._engine(group).reply(caller, conn, stamp, payload, now)

@@ -40,6 +40,8 @@ NONCE_BYTES = 12
 AEAD_TAG_BYTES = 16
 MAC_TAG = b"RA"
 AEAD_TAG = b"RE"
+SEALED_TAGS = (MAC_TAG, AEAD_TAG)
+"""The first two bytes of every sealed datagram; no plain packet starts with them (docs/security.md)."""
 PREFIX_BYTES = 2 + KID_BYTES
 LOG_INTERVAL = 10.0
 """At most one warning per reason per this many seconds, so a flood of forged datagrams cannot flood the log."""
@@ -143,7 +145,7 @@ class DatagramGuard:
     def open(self, datagram: bytes, source: str, where: str) -> bytes | None:
         """The packet inside ``datagram``, or None when it must be dropped (counted and, now and then, logged)."""
         tag = datagram[:2]
-        sealed = tag in (MAC_TAG, AEAD_TAG)
+        sealed = tag in SEALED_TAGS
         if self.key is None:
             if sealed:
                 self.stats["auth_unverifiable"] += 1

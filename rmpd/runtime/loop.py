@@ -35,7 +35,7 @@ from rmpd.protocol.status import GroupStatus
 from rmpd.protocol.view import View
 from rmpd.scmp.latest import LatestStore
 
-from .auth import DatagramGuard
+from .auth import SEALED_TAGS, DatagramGuard
 from .journal import FlushingJournal
 from .sockets import MAX_DATAGRAM, Sender, open_multicast, open_unicast
 
@@ -161,6 +161,9 @@ class ProcessLoop:
                     stats["own_echo"] += 1
                     continue
                 source = process_id_of(addr)
+                if guard.key is None and data[:2] not in SEALED_TAGS:
+                    process.receive_datagram(data, source, now)  # no key, a plain packet: nothing to open
+                    continue
                 packet = guard.open(data, source, where)
                 if packet is not None:
                     process.receive_datagram(packet, source, now)
@@ -236,7 +239,7 @@ class ProcessLoop:
 
     def cancel_call(self, call_id: int) -> None:
         """Nobody waits for this call's answer any more: stop retrying it."""
-        self.process.caller.cancel(call_id)
+        self.process.cancel_call(call_id)
 
     def reply(self, group: str, caller: str, conn: int, stamp: int, payload: bytes) -> bool:
         ok = self.process.reply(group, caller, conn, stamp, payload, trio.current_time())

@@ -8,7 +8,7 @@ import pytest
 import trio
 import trio.testing
 
-from rmpd.client.queue import YIELD_EVERY, EventQueue
+from rmpd.client.group import YIELD_EVERY, EventQueue
 
 
 async def test_events_come_out_in_order_across_frames() -> None:

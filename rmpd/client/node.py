@@ -8,7 +8,7 @@ requests that wait for the protocol (join, lock) park a trio.Event until the mat
 from __future__ import annotations
 
 import contextlib
-from collections import Counter, defaultdict, deque
+from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,7 +26,7 @@ from rmpd.protocol.limits import BadArgument, check_message_size
 from rmpd.protocol.naming import DEFAULT_RANGE
 from rmpd.protocol.process import NotMember
 from rmpd.protocol.qos import QoS
-from rmpd.runtime.adapter import Application
+from rmpd.runtime.adapter import Application, LockRequests
 from rmpd.runtime.auth import DatagramGuard, load_key_file
 from rmpd.runtime.journal import FlushingJournal
 from rmpd.runtime.loop import ProcessLoop
@@ -96,7 +96,7 @@ class Node:
         self._loop: ProcessLoop | None = None
         self._nursery_manager: trio.Nursery | None = None
         self._groups: dict[str, Group] = {}
-        self._locks: dict[tuple[str, int, str], deque[_Wait]] = defaultdict(deque)
+        self._locks: LockRequests[_Wait] | None = None
         self._calls: dict[int, tuple[trio.Event, list[CallAnswered]]] = {}
         self._poster = Poster(self._send_batch)
         self._coalescer = Coalescer(self._poster, self._hand_over_batch, self._wait_for_room)
@@ -124,6 +124,7 @@ class Node:
                                  journal=journal, guard=self._guard)
         self._loop.application = self
         self._app = Application(self._loop, self.stats)
+        self._locks = LockRequests(self._loop)
         self._cm = trio.open_nursery()
         nursery = await self._cm.__aenter__()
         await nursery.start(self._loop.run)
@@ -285,19 +286,14 @@ class Node:
         return str(view.view_id), list(view.members)
 
     async def _lock(self, group: str, lock: int, op: str) -> bool:
-        loop = self._require()
+        self._require()
+        assert self._locks is not None
         wait = _Wait()
-        waits = self._locks[(group, lock, op)]
-        waits.append(wait)  # first: in a one-member group the answer comes back inside the engine call
         try:
             with _refused():
-                (loop.lock if op == "lock" else loop.unlock)(group, lock)
+                self._locks.request(group, lock, op, wait, self)  # one owner: this program's tasks share a request
         except NotMember as exc:
-            waits.remove(wait)
             raise RmpdError("not-member", str(exc)) from None
-        except RmpdError:
-            waits.remove(wait)
-            raise
         await wait.done.wait()
         if wait.error is not None:
             raise wait.error
@@ -384,19 +380,16 @@ class Node:
             if self._app is not None:
                 self._app.view_installed(event)
         elif isinstance(event, LockResult):
-            waits = self._locks.get((event.group, event.lock, event.op))
-            if waits:
-                wait = waits.popleft()
+            for wait, _owner in self._locks.answered(event) if self._locks is not None else ():
                 wait.granted = event.granted
                 wait.done.set()
         elif isinstance(event, Left | JoinFailed):
             if self._app is not None and self._app.ended(event):
                 return  # asked to join again while still leaving: joined again (the group waiting is the new one)
             error = RmpdError("join-failed" if isinstance(event, JoinFailed) else "left", event.reason)
-            for key in [k for k in self._locks if k[0] == event.group]:
-                for wait in self._locks.pop(key):
-                    wait.error = error
-                    wait.done.set()
+            for wait in self._locks.ended(event.group) if self._locks is not None else ():
+                wait.error = error
+                wait.done.set()
             if group is not None:
                 self._groups.pop(event.group, None)
                 group._end(error if isinstance(event, JoinFailed) or event.reason != "left" else None)

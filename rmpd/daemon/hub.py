@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections import defaultdict, deque
+from collections import defaultdict
 from typing import Any
 
 from rmpd import localapi
@@ -34,7 +34,7 @@ from rmpd.protocol.ids import view_name
 from rmpd.protocol.limits import BadArgument
 from rmpd.protocol.process import NotMember
 from rmpd.protocol.status import GroupStatus
-from rmpd.runtime.adapter import OVERRUN_GRACE, Application
+from rmpd.runtime.adapter import OVERRUN_GRACE, Application, LockBusy, LockRequests
 from rmpd.runtime.loop import ProcessLoop
 
 from .session import Session
@@ -80,7 +80,7 @@ class Hub:
         self.sessions: set[Session] = set()
         self.attached: dict[str, set[Session]] = defaultdict(set)
         self.persistent: set[str] = set()
-        self.lock_waiters: dict[tuple[str, int, str], deque[tuple[Session, Any, Owner]]] = {}
+        self.locks: LockRequests[tuple[Session, Any]] = LockRequests(loop)
         self.lock_owner: dict[tuple[str, int], Owner] = {}
         """Locks this daemon holds per group, and the local client each belongs to (None once it went away)."""
         self.shutting_down = False
@@ -336,26 +336,12 @@ class Hub:
         return None
 
     def _request_lock(self, session: Session, request: Request, owner: Owner, op: str) -> None:
-        """One request per lock and operation is in flight from this daemon: the group grants a lock to a daemon
-        (it cannot tell two of its clients apart), so a second client asking while the first one's request is
-        on its way is refused here, and the same owner asking again waits for the answer already coming.  That
-        also bounds what a client can make the group carry to a request per lock.
-
-        The request is parked before the engine call: in a one-member group the answer comes back inside it."""
-        key = (request.group, request.lock, op)
-        waiters = self.lock_waiters.get(key)
-        if waiters:
-            if waiters[0][2] is not owner:
-                raise RequestError(localapi.LOCK_HELD, f"lock {request.lock} of {request.group!r}: another client "
-                                                     f"of this daemon asked first ({op})")
-            waiters.append((session, request.id, owner))
-            return
-        self.lock_waiters[key] = deque([(session, request.id, owner)])
+        """One request per lock and operation in flight (``LockRequests``): a second client asking meanwhile is
+        refused with lock-held."""
         try:
-            (self.loop.lock if op == "lock" else self.loop.unlock)(request.group, request.lock)
-        except BaseException:
-            self.lock_waiters.pop(key, None)
-            raise
+            self.locks.request(request.group, request.lock, op, (session, request.id), owner)
+        except LockBusy as exc:
+            raise RequestError(localapi.LOCK_HELD, str(exc)) from None
 
     # ------------------------------------------------------------------------------------------------------------
     # Events from the engine, in order
@@ -449,17 +435,17 @@ class Hub:
 
     def _lock_result(self, event: LockResult) -> None:
         key = (event.group, event.lock)
-        waiters = self.lock_waiters.pop((event.group, event.lock, event.op), ())  # all one owner's: see _request_lock
+        waiters = self.locks.answered(event)
         if event.op == "lock" and event.granted:
-            owner = waiters[0][2] if waiters else None
+            owner = waiters[0][1] if waiters else None
             if isinstance(owner, Session) and owner.closed:
                 owner = None
-            self.lock_owner[key] = owner
+            self.lock_owner[key] = owner  # type: ignore[assignment]
             if owner is None:
                 self._release(*key)
         elif event.op == "unlock" and event.granted:
             self.lock_owner.pop(key, None)
-        for session, rid, _owner in waiters:
+        for (session, rid), _owner in waiters:
             if event.granted:
                 session.push(localapi.ok_reply(rid, {"granted": True, "lock": event.lock}))
             else:
@@ -470,11 +456,8 @@ class Hub:
         group = event.group
         if self.app.ended(event):
             return  # someone asked to join while the daemon was still finishing its leave: joined again
-        for (g, lock, _op), waiters in list(self.lock_waiters.items()):
-            if g == group:
-                for session, rid, _owner in waiters:
-                    session.push(localapi.error_reply(rid, localapi.LEFT, f"left {group!r}: {event.reason}"))
-                del self.lock_waiters[(g, lock, _op)]
+        for session, rid in self.locks.ended(group):
+            session.push(localapi.error_reply(rid, localapi.LEFT, f"left {group!r}: {event.reason}"))
         for key in [k for k in self.lock_owner if k[0] == group]:
             del self.lock_owner[key]
         self._fan_out(group, localapi.left_event(group, event.reason))

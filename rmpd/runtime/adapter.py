@@ -11,14 +11,14 @@ they are drained after it, never inside the drain that produced the event.
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import defaultdict, deque
 from collections.abc import Callable, Iterable, MutableMapping
-from typing import Any, Protocol
+from typing import Any, Generic, Protocol, TypeVar
 
 import trio
 
 from rmpd.localapi import JOIN_FAILED, LEFT
-from rmpd.protocol.events import JoinFailed, Left, ViewInstalled
+from rmpd.protocol.events import JoinFailed, Left, LockResult, ViewInstalled
 from rmpd.protocol.view import View
 
 from .loop import ProcessLoop
@@ -131,3 +131,54 @@ class Application:
 
 
 __all__ = ["OVERRUN_GRACE", "Application", "Reply"]
+
+
+W = TypeVar("W")
+"""Whoever waits for a lock answer: a client's request (the hub) or a task (the node)."""
+
+
+class LockBusy(Exception):
+    """Another owner of this process asked for the same lock operation first; its answer is on its way."""
+
+
+class LockRequests(Generic[W]):
+    """Lock and unlock requests of one process, one per lock and operation in flight.
+
+    The group grants a lock to a process: it cannot tell the owners inside it apart (a daemon's clients).  So a
+    second owner asking while the first one's request is on its way is refused (``LockBusy``), and the same owner
+    asking again waits for the answer already coming.  That also bounds what the owners can make the group carry
+    to one request per lock."""
+
+    def __init__(self, loop: ProcessLoop) -> None:
+        self.loop = loop
+        self.waiting: dict[tuple[str, int, str], deque[tuple[W, object]]] = {}
+
+    def request(self, group: str, lock: int, op: str, waiter: W, owner: object) -> None:
+        """Ask for ``op`` ("lock" or "unlock") of ``lock`` for ``owner``; ``waiter`` is among the answered.  The
+        waiter is parked before the process is asked: in a one-member group the answer comes back inside the call.
+        The process's refusal of the arguments (BadArgument, NotMember) leaves nothing parked."""
+        key = (group, lock, op)
+        waiters = self.waiting.get(key)
+        if waiters:
+            if waiters[0][1] is not owner:
+                raise LockBusy(f"lock {lock} of {group!r}: another owner in this process asked first ({op})")
+            waiters.append((waiter, owner))
+            return
+        self.waiting[key] = deque([(waiter, owner)])
+        try:
+            (self.loop.lock if op == "lock" else self.loop.unlock)(group, lock)
+        except BaseException:
+            self.waiting.pop(key, None)
+            raise
+
+    def answered(self, event: LockResult) -> list[tuple[W, object]]:
+        """The waiters ``event`` answers (all one owner's), oldest first."""
+        return list(self.waiting.pop((event.group, event.lock, event.op), ()))
+
+    def ended(self, group: str) -> list[W]:
+        """The membership of ``group`` ended: every waiter of it, to be told so."""
+        gone: list[W] = []
+        for key in [k for k in self.waiting if k[0] == group]:
+            gone.extend(waiter for waiter, _owner in self.waiting.pop(key))
+        return gone
+

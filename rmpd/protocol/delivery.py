@@ -8,15 +8,13 @@ becomes one ``Delivered`` event with all its messages (packed messages, or a rea
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
-from .config import EngineConfig
 from .events import make_delivered
 from .ids import ProcessId
 from .ordering import Ordering
-from .outbox import Outbox, Views
+from .outbox import GroupContext
 from .packets import Data, Fragment, NewList, Relayed
 from .qos import Level
 from .relay import CallRelay
@@ -26,20 +24,13 @@ from .stability import Holdings
 class Delivery:
     """The application's side of the order at one member."""
 
-    def __init__(self, group: str, config: EngineConfig, views: Views, ordering: Ordering, holdings: Holdings,
-                 relay: CallRelay, outbox: Outbox, stats: Counter[str], *,
+    def __init__(self, ctx: GroupContext, ordering: Ordering, holdings: Holdings, relay: CallRelay, *,
                  commit_view: Callable[[NewList, float], bool]) -> None:
         """``commit_view``: the engine's step when the total order reaches a New List; False when this member is
         out of the group after it (nothing more is delivered here)."""
-        self.group = group
-        self.journal = config.journal
-        self.views = views
-        self.ordering = ordering
-        self.holdings = holdings
-        self.relay = relay
-        self.outbox = outbox
-        self.stats = stats
-        self.commit_view = commit_view
+        self.group, self.journal, self.views = ctx.group, ctx.config.journal, ctx.views
+        self.outbox, self.stats = ctx.outbox, ctx.stats
+        self.ordering, self.holdings, self.relay, self.commit_view = ordering, holdings, relay, commit_view
 
     def deliver(self, packet: Data, ts: int | None, now: float, holders: int, need: int = 1) -> None:
         ordering = self.ordering

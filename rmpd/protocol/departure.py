@@ -5,10 +5,9 @@ finished (its ``Left`` event).
 
 from __future__ import annotations
 
-from .config import EngineConfig
 from .events import Left
 from .ordering import Ordering
-from .outbox import Outbox, Views
+from .outbox import GroupContext
 from .packets import Ack, NewList
 from .stability import Holdings
 from .timers import TimerRegistry
@@ -18,16 +17,10 @@ from .token import Token
 class Departure:
     """Whether this member is out of the group, why, and whether it is finished."""
 
-    def __init__(self, group: str, config: EngineConfig, views: Views, ordering: Ordering, holdings: Holdings,
-                 token: Token, outbox: Outbox, timers: TimerRegistry) -> None:
-        self.group = group
-        self.linger = config.leave_linger
-        self.views = views
-        self.ordering = ordering
-        self.holdings = holdings
-        self.token = token
-        self.outbox = outbox
-        self.timers = timers
+    def __init__(self, ctx: GroupContext, ordering: Ordering, holdings: Holdings, token: Token,
+                 timers: TimerRegistry) -> None:
+        self.group, self.linger, self.views, self.outbox = ctx.group, ctx.config.leave_linger, ctx.views, ctx.outbox
+        self.ordering, self.holdings, self.token, self.timers = ordering, holdings, token, timers
         self.departed = False
         self.departed_at: float | None = None
         self.reason = "left"

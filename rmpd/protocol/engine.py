@@ -1,10 +1,10 @@
 """The sans-IO RMP engine for one group at one process (RMP paper, sections 4.1 and 4.2): a coordinator over parts.
 
 The caller feeds it datagrams (``receive_datagram``), timer expiries (``handle_timer``) and application requests
-(``send``, ``leave``, ``lock``, ...), always with the current time, and pulls out datagrams
-(``datagrams_to_send``), application events (``events``), journal records (``journal_records``) and the next
-deadline (``get_timer``).  It reads no clock, draws no randomness of its own and touches no socket, so the daemon,
-the simulator and the tests run the same code.
+(``send``, ``leave``, ``lock``, ...), always with the current time, and pulls out ``take_outputs()``: datagrams,
+application events, journal records and the next deadline (``Outputs``, the shape the process hands on too).  It
+reads no clock, draws no randomness of its own and touches no socket, so the daemon, the simulator and the tests
+run the same code.
 
 Basic delivery: members multicast Data; the token site orders what it holds with one ACK per batch, giving the ACK
 timestamp t and the data t+1.., and passes the token to the next member, which accepts once it holds everything
@@ -38,13 +38,13 @@ from typing import Any
 from .config import EngineConfig
 from .delivery import Delivery
 from .departure import Departure
-from .events import Event, SendRefused, Transmit, ViewInstalled
+from .events import SendRefused, ViewInstalled
 from .ids import ProcessId, ViewCounter, ViewId
 from .limits import check_handler, check_lock, check_message_size
 from .membership import Op
 from .multirpc import ScmpSettings
 from .ordering import Held, Ordering
-from .outbox import PACKET_NAMES, Outbox, Outputs, Views
+from .outbox import PACKET_NAMES, GroupContext, Outbox, Outputs, Views
 from .packets import (
     Ack,
     Confirm,
@@ -122,26 +122,23 @@ class GroupEngine:
         stats = self.stats
         self.views = views = Views(view)
         self.outbox = outbox = Outbox(pid, group, config, views, stats)
+        ctx = GroupContext(pid, group, config, views, outbox, stats)
         self.ordering = ordering = Ordering(start_ts, stats)
-        self.holdings = Holdings(pid, view, start_ts, ordering.q)
+        self.holdings = holdings = Holdings(pid, view, start_ts, ordering.q)
         first = view.members[0] if joined_by is None else joined_by.src
-        self.token = token = Token(pid, config, outbox, stats, first=first, start_ts=start_ts, joined_by=joined_by,
-                                   ring_size=view.size)
+        self.token = token = Token(ctx, first=first, start_ts=start_ts, joined_by=joined_by, ring_size=view.size)
         # A rejoining process goes on from the sequence number its join request announced, so its new messages
         # never collide with ones it sent as an earlier member.
         next_seq = 1 + dict(joined_by.seqs).get(pid, 0) if joined_by is not None else first_seq
-        self.sender = Sender(pid, config, stats, first_seq=next_seq, first_unreliable_seq=first_unreliable_seq,
-                             emit=self._emit_own)
-        self.relay = relay = CallRelay(pid, group, config, views, outbox, stats, scmp or ScmpSettings())
+        self.sender = Sender(ctx, first_seq=next_seq, first_unreliable_seq=first_unreliable_seq, emit=self._emit_own)
+        self.relay = relay = CallRelay(ctx, scmp or ScmpSettings())
         view_counter = view_counter or ViewCounter(pid, 0, now)
-        self.changes = ViewChanges(pid, group, config, views, ordering, outbox, stats, relay,
-                                   view_counter=view_counter, request_ids=request_ids, join_floor=join_floor,
-                                   joined_by=joined_by)
-        self.repair = repair = Repair(pid, config, views, ordering, token, outbox, stats, start_ts=start_ts,
-                                      suspect=self.suspect_failure)
-        self.delivery = Delivery(group, config, views, ordering, self.holdings, relay, outbox, stats,
+        self.changes = ViewChanges(ctx, ordering, relay, view_counter=view_counter, request_ids=request_ids,
+                                   join_floor=join_floor, joined_by=joined_by)
+        self.repair = repair = Repair(ctx, ordering, token, start_ts=start_ts, suspect=self.suspect_failure)
+        self.delivery = Delivery(ctx, ordering, holdings, relay,
                                  commit_view=lambda nl, now: self.rotation.commit_view(nl, now))
-        self.reformation = Reformation(pid, group, config, views, outbox, stats, rng, view_counter, host=self)
+        self.reformation = Reformation(ctx, rng, view_counter, host=self)
         self.timers = timers = TimerRegistry()
         timers.add("reformation", self.reformation, self.reformation.on_timer)
         timers.add("token_pass", token.pass_timer, self._pass_due, frozen_stops=True)
@@ -153,10 +150,10 @@ class GroupEngine:
                    departed_stops=True)
         timers.add("stall", repair.stall, repair.stall_due, frozen_stops=True, departed_stops=True)
         timers.add("request", self.changes.timer, self._request_due, frozen_stops=True, departed_stops=True)
-        self.departure = Departure(group, config, views, ordering, self.holdings, token, outbox, timers)
+        self.departure = Departure(ctx, ordering, holdings, token, timers)
         timers.add("linger", self.departure, None)
-        self.rotation = Rotation(pid, group, config, views, ordering, self.holdings, token, self.sender, repair,
-                                 self.changes, self.departure, outbox, stats, own_ordered=self._maybe_request_leave)
+        self.rotation = Rotation(ctx, ordering, holdings, token, self.sender, repair, self.changes, self.departure,
+                                 own_ordered=self._maybe_request_leave)
         handlers = {state: {kind: attrgetter(name)(self) for (at, kind), name in DISPATCH.items() if at is state}
                     for state in MemberState}
         self._member_handlers: dict[type, Callable[[Any, float], None]] = handlers[MemberState.MEMBER]
@@ -199,14 +196,6 @@ class GroupEngine:
         """A reformation runs (or waits to restart): the token stands still."""
         return self.reformation.frozen
 
-    @property
-    def next_seq(self) -> int:
-        return self.sender.next_seq
-
-    @property
-    def next_unreliable_seq(self) -> int:
-        return self.sender.next_unreliable_seq
-
     def status(self) -> GroupStatus:
         """A snapshot of this membership for the process's callers (``RmpProcess.status``)."""
         sender, q = self.sender, self.ordering.q
@@ -228,20 +217,12 @@ class GroupEngine:
     # ------------------------------------------------------------------------------------------------------------
     # Outputs
 
-    def take_outputs(self) -> Outputs:
-        """Datagrams, events and journal records since the last call, and the next deadline (``Outputs``)."""
+    def take_outputs(self, *, deadline: bool = True) -> Outputs:
+        """Datagrams, events and journal records since the last call, and the next deadline (``Outputs``; see
+        ``RmpProcess.take_outputs``)."""
         outbox = self.outbox
         return Outputs(outbox.take_datagrams(), outbox.take_events(), outbox.take_records(), None,
-                       self.get_timer())
-
-    def datagrams_to_send(self) -> list[Transmit]:
-        return self.outbox.take_datagrams()
-
-    def events(self) -> list[Event]:
-        return self.outbox.take_events()
-
-    def journal_records(self) -> list[dict[str, Any]]:
-        return self.outbox.take_records()
+                       self.get_timer() if deadline else None)
 
     def get_timer(self) -> float | None:
         return self.timers.next_deadline()
@@ -539,7 +520,7 @@ class GroupEngine:
                 q.advance()
                 if ordering.deliver_ts <= q.contig:
                     self.delivery.total(now)
-                accepted = self.rotation.try_accept(now)
+                accepted = self.rotation.try_accept(now) if token.accept_target is not None else None
                 if not token.have_token:
                     break
                 if self.rotation.order_pending(now):

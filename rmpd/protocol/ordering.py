@@ -302,13 +302,16 @@ class Ordering:
         so waiting for it would keep every slot of a group formed by joins forever."""
         q = self.q
         holders_of, eligible = holdings.holders_of, holdings.eligible
+        views_held = len(holdings.view_sizes) > 1  # only then may freeing let an older view's size go
         while q.base < self.deliver_ts and q.base < latest_ack_ts:
             if holders_of(q.base) < eligible(q.base, view):
                 return
             slot = q.pop_front()
             if slot.key is not None:
                 self.data.pop(slot.key, None)
-            holdings.freed(q.base)
+            if views_held:
+                holdings.freed(q.base)
+                views_held = len(holdings.view_sizes) > 1
 
     # ------------------------------------------------------------------------------------------------------------
     # Reassembly

@@ -89,16 +89,10 @@ RECORD_FIELDS: dict[type, Callable[[Any], dict[str, Any]]] = {
 """What a journal record of a sent or received packet carries, by packet type (the rest: ``ts`` and ``src``)."""
 
 
-class Outbox:
-    """Datagrams, events and journal records of one group, in the order they were made."""
+class OutputLists:
+    """Datagrams, events and journal records made and not yet taken, in the order they were made."""
 
-    def __init__(self, pid: ProcessId, group: str, config: EngineConfig, views: Views,
-                 stats: Counter[str]) -> None:
-        self.pid = pid
-        self.group = group
-        self.journal = config.journal
-        self.views = views
-        self.stats = stats
+    def __init__(self) -> None:
         self.datagrams: list[Transmit] = []
         self.events: list[Event] = []
         self.records: list[dict[str, Any]] = []
@@ -114,6 +108,15 @@ class Outbox:
     def take_records(self) -> list[dict[str, Any]]:
         out, self.records = self.records, []
         return out
+
+
+class Outbox(OutputLists):
+    """What one group's engine sends, tells its application and journals."""
+
+    def __init__(self, pid: ProcessId, group: str, config: EngineConfig, views: Views,
+                 stats: Counter[str]) -> None:
+        super().__init__()
+        self.pid, self.group, self.journal, self.views, self.stats = pid, group, config.journal, views, stats
 
     def event(self, event: Event) -> None:
         self.events.append(event)
@@ -162,3 +165,17 @@ class Outbox:
         else:
             fields.update(ts=getattr(packet, "ts", None), src=getattr(packet, "src", None))
         self.record(event, now, **fields)
+
+
+@dataclass(frozen=True, slots=True)
+class GroupContext:
+    """What every part of one group's engine is handed: whose membership it is, of which group, its settings, the
+    views it knows, where its output goes, and its counters."""
+
+    pid: ProcessId
+    group: str
+    config: EngineConfig
+    views: Views
+    outbox: Outbox
+    stats: Counter[str]
+

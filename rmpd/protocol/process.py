@@ -25,7 +25,7 @@ from .events import Event, JoinFailed, SendRefused, Transmit
 from .ids import ProcessId, RequestIds, ViewCounter
 from .limits import check_call
 from .multirpc import ScmpSettings, start_upper
-from .outbox import Outputs
+from .outbox import OutputLists, Outputs
 from .packets import (
     CallStatus,
     DecodeError,
@@ -92,9 +92,7 @@ class RmpProcess:
         on from there, so old and new messages never share an identity."""
         self.joining: dict[str, JoinAttempt] = {}
         self.stats: Counter[str] = Counter()
-        self._datagrams: list[Transmit] = []
-        self._events: list[Event] = []
-        self._journal: list[dict[str, Any]] = []
+        self._out = OutputLists()
 
     # ------------------------------------------------------------------------------------------------------------
     # Application requests
@@ -130,7 +128,7 @@ class RmpProcess:
     def leave(self, group: str, now: float) -> None:
         if group in self.joining:
             del self.joining[group]
-            self._events.append(JoinFailed(group, "join cancelled by leave"))
+            self._out.events.append(JoinFailed(group, "join cancelled by leave"))
             return
         self._engine(group).leave(now)
         self._collect(now)
@@ -321,7 +319,7 @@ class RmpProcess:
                 if attempt.tries >= self.config.join_retries:
                     del self.joining[group]
                     if attempt.existing_only:
-                        self._events.append(JoinFailed(group, f"no member of {group!r} answered "
+                        self._out.events.append(JoinFailed(group, f"no member of {group!r} answered "
                                                               f"{attempt.tries} join requests"))
                     else:
                         self.create(group, now, min_partition=attempt.request.min_partition)
@@ -346,23 +344,26 @@ class RmpProcess:
     # ------------------------------------------------------------------------------------------------------------
     # Outputs
 
-    def take_outputs(self) -> Outputs:
+    def take_outputs(self, *, deadline: bool = True) -> Outputs:
         """Everything this process produced since the last call, and when to call ``handle_timer`` next: the one
-        output contract its callers (the trio runtime, the simulator) drain after every input."""
-        return Outputs(self.datagrams_to_send(), self.events(), self.journal_records(), self.persist_request(),
-                       self.get_timer())
+        output contract its callers (the trio runtime, the simulator) drain after every input.  ``deadline=False``
+        leaves the deadline out (None), for a caller that polls ``get_timer`` on its own schedule (a scripted
+        clock)."""
+        out = self._out
+        taken = Outputs(out.datagrams, out.events, out.records,
+                        self.persist_request() if self._persist_wanted is not None else None,
+                        self.get_timer() if deadline else None)
+        out.datagrams, out.events, out.records = [], [], []
+        return taken
 
     def datagrams_to_send(self) -> list[Transmit]:
-        out, self._datagrams = self._datagrams, []
-        return out
+        return self._out.take_datagrams()
 
     def events(self) -> list[Event]:
-        out, self._events = self._events, []
-        return out
+        return self._out.take_events()
 
     def journal_records(self) -> list[dict[str, Any]]:
-        out, self._journal = self._journal, []
-        return out
+        return self._out.take_records()
 
     # ------------------------------------------------------------------------------------------------------------
 
@@ -379,7 +380,7 @@ class RmpProcess:
             attempt.timer.back_off(now)
         attempt.tries += 1
         self.stats["join_requests"] += 1
-        self._datagrams.append(Transmit(None, encode(attempt.request), attempt.request.group))
+        self._out.datagrams.append(Transmit(None, encode(attempt.request), attempt.request.group))
 
     def _join_refused(self, ack: NonMemberAck, now: float) -> None:
         """The group refused our current join request (SCMP): ask again, stamped afresh, at the next retry."""
@@ -423,22 +424,22 @@ class RmpProcess:
         return engine
 
     def _collect(self, now: float) -> None:
-        self._datagrams.extend(self.caller.datagrams)
-        self._events.extend(self.caller.events)
+        self._out.datagrams.extend(self.caller.datagrams)
+        self._out.events.extend(self.caller.events)
         self.caller.datagrams, self.caller.events = [], []
         for group, engine in list(self.engines.items()):
             outbox = engine.outbox  # the engine's outputs, taken in place: this runs after every input
             if outbox.datagrams:
-                self._datagrams.extend(outbox.datagrams)
+                self._out.datagrams.extend(outbox.datagrams)
                 outbox.datagrams = []
             if outbox.events:
-                self._events.extend(outbox.events)
+                self._out.events.extend(outbox.events)
                 outbox.events = []
             if outbox.records:
-                self._journal.extend(outbox.records)
+                self._out.records.extend(outbox.records)
                 outbox.records = []
             if engine.departure.finished:  # set whenever the engine says Left, in the same step
-                self._last_seqs[group] = (engine.next_seq - 1, engine.next_unreliable_seq - 1)
+                self._last_seqs[group] = (engine.sender.next_seq - 1, engine.sender.next_unreliable_seq - 1)
                 self.stats.update(engine.stats)  # counters never go back when a group is left
                 del self.engines[group]
         del now

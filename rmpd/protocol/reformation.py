@@ -17,14 +17,12 @@ a reformation higher than any it has seen, one at a time, and answers lower ones
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from .config import EngineConfig
 from .ids import ProcessId, ViewCounter, ViewId
-from .outbox import Outbox, Views
+from .outbox import GroupContext
 from .packets import (
     NewList,
     Packet,
@@ -134,17 +132,10 @@ class ReformationHost(Protocol):
 class Reformation:
     """Suspecting failures and reforming the view, at one member."""
 
-    def __init__(self, pid: ProcessId, group: str, config: EngineConfig, views: Views, outbox: Outbox,
-                 stats: Counter[str], rng: Rng, view_counter: ViewCounter, host: ReformationHost) -> None:
-        self.pid = pid
-        self.group = group
-        self.config = config
-        self.views = views
-        self.outbox = outbox
-        self.stats = stats
-        self.rng = rng
-        self.view_counter = view_counter
-        self.host = host
+    def __init__(self, ctx: GroupContext, rng: Rng, view_counter: ViewCounter, host: ReformationHost) -> None:
+        self.pid, self.group, self.config, self.views = ctx.pid, ctx.group, ctx.config, ctx.views
+        self.outbox, self.stats = ctx.outbox, ctx.stats
+        self.rng, self.view_counter, self.host = rng, view_counter, host
         self.version_seen: tuple[int, ProcessId] = (0, "")
         self.participation: Participation | None = None
         self.initiation: Initiation | None = None
@@ -159,6 +150,8 @@ class Reformation:
 
     @property
     def deadline(self) -> float | None:
+        if self.participation is None and self.initiation is None:
+            return self.restart_deadline  # the common case: no reformation under way
         deadlines = [d for d in (
             self.participation.deadline if self.participation else None,
             self.initiation.deadline if self.initiation else None,

@@ -6,17 +6,15 @@ delivered, in order, with the clock the relay stamped, so all decide alike; the 
 
 from __future__ import annotations
 
-from collections import Counter
 from typing import Any
 
 from rmpd.scmp.filter import Verdict
 
-from .config import EngineConfig
 from .events import CallRequest, Delivered
 from .ids import ProcessId
 from .limits import check_one_packet
 from .multirpc import GroupCalls, ScmpSettings, relay_of
-from .outbox import Outbox, Views
+from .outbox import GroupContext
 from .packets import RELAYED_TAG, CallStatus, Data, NonMemberAck, NonMemberData, Relayed
 from .qos import Level, QoS
 from .view import HANDLER_LOCKS
@@ -25,14 +23,9 @@ from .view import HANDLER_LOCKS
 class CallRelay:
     """The group's side of non-members' calls: relaying them, deciding them, answering them."""
 
-    def __init__(self, pid: ProcessId, group: str, config: EngineConfig, views: Views, outbox: Outbox,
-                 stats: Counter[str], scmp: ScmpSettings) -> None:
-        self.pid = pid
-        self.group = group
-        self.config = config
-        self.views = views
-        self.outbox = outbox
-        self.stats = stats
+    def __init__(self, ctx: GroupContext, scmp: ScmpSettings) -> None:
+        self.pid, self.group, self.config, self.views = ctx.pid, ctx.group, ctx.config, ctx.views
+        self.outbox, self.stats = ctx.outbox, ctx.stats
         self.calls = GroupCalls(scmp)
         """The SCMP filter and the RPC server states (multirpc.py)."""
         self.wall_offset = 0.0

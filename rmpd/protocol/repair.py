@@ -9,16 +9,14 @@ newest ACK known here, and after ``STALL_NACKS`` of them the member suspects a f
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Callable
 from itertools import islice
 
-from .config import EngineConfig
 from .flow import RttEstimator
 from .ids import ProcessId
 from .ordering import Ordering
 from .orderingq import SlotKind, SlotState
-from .outbox import Outbox, Views
+from .outbox import GroupContext
 from .packets import Nack, NewList, Packet
 from .timers import Deadline
 from .token import Token
@@ -36,17 +34,12 @@ NACK_LIST = 256
 class Repair:
     """Everything one member asks others for, and answers them."""
 
-    def __init__(self, pid: ProcessId, config: EngineConfig, views: Views, ordering: Ordering, token: Token,
-                 outbox: Outbox, stats: Counter[str], *, start_ts: int,
+    def __init__(self, ctx: GroupContext, ordering: Ordering, token: Token, *, start_ts: int,
                  suspect: Callable[[float, str], None]) -> None:
         """``suspect``: what to do when repair gives up on a member (the engine starts a reformation)."""
-        self.pid = pid
-        self.config = config
-        self.views = views
-        self.ordering = ordering
-        self.token = token
-        self.outbox = outbox
-        self.stats = stats
+        config = ctx.config
+        self.pid, self.config, self.views, self.outbox, self.stats = ctx.pid, config, ctx.views, ctx.outbox, ctx.stats
+        self.ordering, self.token = ordering, token
         self.suspect = suspect
         self.nack = Deadline()
         self.nack_tries = 0

@@ -11,16 +11,14 @@ timestamp on) and shown to the application when the total order reaches it.
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Callable
 
-from .config import EngineConfig
 from .departure import Departure
 from .events import ViewInstalled
 from .ids import ProcessId
 from .ordering import Ordering
 from .orderingq import Conflict, SlotKind
-from .outbox import Outbox, Views
+from .outbox import GroupContext
 from .packets import Ack, Confirm, DataId, NewList
 from .repair import Repair
 from .sender import Sender
@@ -33,24 +31,14 @@ from .viewchange import ViewChanges
 class Rotation:
     """ACKs and New Lists at one member, and the token site's moves."""
 
-    def __init__(self, pid: ProcessId, group: str, config: EngineConfig, views: Views, ordering: Ordering,
-                 holdings: Holdings, token: Token, sender: Sender, repair: Repair, changes: ViewChanges,
-                 departure: Departure, outbox: Outbox, stats: Counter[str], *,
+    def __init__(self, ctx: GroupContext, ordering: Ordering, holdings: Holdings, token: Token, sender: Sender,
+                 repair: Repair, changes: ViewChanges, departure: Departure, *,
                  own_ordered: Callable[[float], None]) -> None:
         """``own_ordered``: the engine's step after an ACK ordered packets of ours (a leave may now go out)."""
-        self.pid = pid
-        self.group = group
-        self.config = config
-        self.views = views
-        self.ordering = ordering
-        self.holdings = holdings
-        self.token = token
-        self.sender = sender
-        self.repair = repair
-        self.changes = changes
-        self.departure = departure
-        self.outbox = outbox
-        self.stats = stats
+        self.pid, self.group, self.config, self.views = ctx.pid, ctx.group, ctx.config, ctx.views
+        self.outbox, self.stats = ctx.outbox, ctx.stats
+        self.ordering, self.holdings, self.token, self.sender = ordering, holdings, token, sender
+        self.repair, self.changes, self.departure = repair, changes, departure
         self.after_own_ordered = own_ordered
 
     # ------------------------------------------------------------------------------------------------------------

@@ -11,12 +11,12 @@ Own packets stay outstanding until an ACK orders them; the data timer resends th
 from __future__ import annotations
 
 import itertools
-from collections import Counter, deque
+from collections import deque
 from collections.abc import Callable, Sequence
 
-from .config import EngineConfig
 from .flow import CongestionControl, RttEstimator, make_congestion_control
-from .ids import ProcessId, ViewId
+from .ids import ViewId
+from .outbox import GroupContext
 from .packets import Data, Relayed
 from .packing import Queued
 from .qos import Level, QoS
@@ -26,12 +26,11 @@ from .timers import Backoff
 class Sender:
     """Own packets: queued, in flight (outstanding), and the timer that resends them."""
 
-    def __init__(self, pid: ProcessId, config: EngineConfig, stats: Counter[str], *, first_seq: int,
-                 first_unreliable_seq: int, emit: Callable[[Data, float], None]) -> None:
+    def __init__(self, ctx: GroupContext, *, first_seq: int, first_unreliable_seq: int,
+                 emit: Callable[[Data, float], None]) -> None:
         """``emit``: sends a new own packet and holds it like any received one (the engine's)."""
-        self.pid = pid
-        self.config = config
-        self.stats = stats
+        config = ctx.config
+        self.pid, self.config, self.stats = ctx.pid, config, ctx.stats
         self.emit = emit
         self.next_seq = first_seq
         self.next_unreliable_seq = first_unreliable_seq

@@ -118,8 +118,12 @@ class TimerRegistry:
         self.entries.append(Entry(name, timer, fire, frozen_stops, departed_stops))
 
     def next_deadline(self) -> float | None:
-        deadlines = [d for entry in self.entries if (d := entry.timer.deadline) is not None]
-        return min(deadlines) if deadlines else None
+        soonest: float | None = None
+        for entry in self.entries:  # a plain loop: asked for after every input
+            d = entry.timer.deadline
+            if d is not None and (soonest is None or d < soonest):
+                soonest = d
+        return soonest
 
     def fire_due(self, now: float) -> None:
         """Run each due timer once, in registry order; a timer an earlier one stopped is not run."""

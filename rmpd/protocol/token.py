@@ -12,13 +12,11 @@ may accept (``accept_target``), or it is idle.
 
 from __future__ import annotations
 
-from collections import Counter
 from enum import Enum
 
-from .config import EngineConfig
 from .flow import RttEstimator
 from .ids import ProcessId
-from .outbox import Outbox
+from .outbox import GroupContext
 from .packets import Ack, Nack, NewList
 from .timers import Backoff, Deadline
 
@@ -35,14 +33,12 @@ class TokenState(Enum):
 class Token:
     """The token's state at one member."""
 
-    def __init__(self, pid: ProcessId, config: EngineConfig, outbox: Outbox, stats: Counter[str], *,
-                 first: ProcessId, start_ts: int, joined_by: NewList | None, ring_size: int) -> None:
+    def __init__(self, ctx: GroupContext, *, first: ProcessId, start_ts: int, joined_by: NewList | None,
+                 ring_size: int) -> None:
         """A founded view starts with its first member holding the token and the ring quiet; a joiner starts named
         as next token site by the New List that admitted it."""
-        self.pid = pid
-        self.config = config
-        self.outbox = outbox
-        self.stats = stats
+        pid, config = ctx.pid, ctx.config
+        self.pid, self.config, self.outbox, self.stats = pid, config, ctx.outbox, ctx.stats
         self.latest_ack_ts = start_ts
         """Timestamp of the newest ACK or New List known."""
         self.last_ack_sender: ProcessId = first

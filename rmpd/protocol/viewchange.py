@@ -10,15 +10,13 @@ in every New List) and its join floor decide it, as SCMP's filter decides a call
 from __future__ import annotations
 
 import itertools
-from collections import Counter
 from collections.abc import Iterator
 
-from .config import EngineConfig
 from .events import LockResult
 from .ids import ProcessId, ViewCounter
 from .membership import Op, apply_change
 from .ordering import Ordering
-from .outbox import Outbox, Views
+from .outbox import GroupContext
 from .packets import CallStatus, ListChangeRequest, NewList, NonMemberAck
 from .relay import CallRelay
 from .timers import Backoff
@@ -27,20 +25,14 @@ from .timers import Backoff
 class ViewChanges:
     """Requests waiting at a token site, this member's own requests, and its leave."""
 
-    def __init__(self, pid: ProcessId, group: str, config: EngineConfig, views: Views, ordering: Ordering,
-                 outbox: Outbox, stats: Counter[str], relay: CallRelay, *, view_counter: ViewCounter,
+    def __init__(self, ctx: GroupContext, ordering: Ordering, relay: CallRelay, *, view_counter: ViewCounter,
                  request_ids: Iterator[int] | None, join_floor: int, joined_by: NewList | None) -> None:
         """``join_floor``: this member's own bound for join requests from processes the group has no entry for
         (see ``join_admissible``); the group's, carried in every New List, is taken too when it is higher."""
-        self.pid = pid
-        self.group = group
-        self.config = config
-        self.views = views
-        self.ordering = ordering
-        self.outbox = outbox
-        self.stats = stats
-        self.relay = relay
-        self.view_counter = view_counter
+        config = ctx.config
+        self.pid, self.group, self.config, self.views = ctx.pid, ctx.group, config, ctx.views
+        self.outbox, self.stats = ctx.outbox, ctx.stats
+        self.ordering, self.relay, self.view_counter = ordering, relay, view_counter
         self.apply_change = apply_change
         """The membership rules (membership.py) a token site applies."""
         self.pending: dict[tuple[ProcessId, int], ListChangeRequest] = {}

@@ -325,23 +325,23 @@ class ProcessLoop:
         """Send the process's datagrams, write its journal, store what it asks to persist, re-arm the timer;
         the events, for the application."""
         process = self.process
-        for tx in process.datagrams_to_send():
+        out = process.take_outputs()
+        for tx in out.datagrams:
             self._transmit(tx)
-        records = process.journal_records()
+        records = out.records
         if records and self.journal is not None:
             wall = time.time()
             for rec in records:
                 rec["wall"] = wall
             self.journal.write(self.pid, records)
             self.journal.flush()
-        events = process.events()
+        events = out.events
         for event in events:
             if isinstance(event, ENDED):
                 self._unlisten(event.group)
-        value = process.persist_request()
-        if value is not None:
-            self._persist(value)
-        deadline = process.get_timer()
+        if out.persist is not None:
+            self._persist(out.persist)
+        deadline = out.deadline
         self._deadline = math.inf if deadline is None else deadline
         if self._timer_scope is not None and self._timer_scope.deadline != self._deadline:
             # Setting a cancel scope's deadline costs trio more than comparing it: most drains leave it as it was.

@@ -13,18 +13,16 @@ from __future__ import annotations
 import socket
 import struct
 from collections import Counter
+from collections.abc import Callable
 
 MAX_DATAGRAM = 65535
 
 
-def open_unicast(ip: str, port: int, ttl: int) -> socket.socket:
-    """Bind the process's own socket; multicasts it sends go out on the interface of ``ip`` and loop back."""
+def _datagram_socket(setup: Callable[[socket.socket], None]) -> socket.socket:
+    """A non-blocking UDP socket with a large receive buffer, set up by ``setup``; closed again if that fails."""
     sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     try:
-        sock.bind((ip, port))
-        sock.setsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_IF, socket.inet_aton(ip))
-        sock.setsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_LOOP, 1)
-        sock.setsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_TTL, ttl)
+        setup(sock)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 * 1024 * 1024)
         sock.setblocking(False)
     except OSError:
@@ -33,22 +31,30 @@ def open_unicast(ip: str, port: int, ttl: int) -> socket.socket:
     return sock
 
 
+def open_unicast(ip: str, port: int, ttl: int) -> socket.socket:
+    """Bind the process's own socket; multicasts it sends go out on the interface of ``ip`` and loop back."""
+
+    def setup(sock: socket.socket) -> None:
+        sock.bind((ip, port))
+        sock.setsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_IF, socket.inet_aton(ip))
+        sock.setsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_LOOP, 1)
+        sock.setsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_TTL, ttl)
+
+    return _datagram_socket(setup)
+
+
 def open_multicast(group_ip: str, port: int, interface_ip: str) -> socket.socket:
     """A socket that receives ``group_ip:port`` on the interface of ``interface_ip``."""
-    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    try:
+
+    def setup(sock: socket.socket) -> None:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         if hasattr(socket, "SO_REUSEPORT"):
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
         sock.bind((group_ip, port))
         membership = struct.pack("4s4s", socket.inet_aton(group_ip), socket.inet_aton(interface_ip))
         sock.setsockopt(socket.IPPROTO_IP, socket.IP_ADD_MEMBERSHIP, membership)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 * 1024 * 1024)
-        sock.setblocking(False)
-    except OSError:
-        sock.close()
-        raise
-    return sock
+
+    return _datagram_socket(setup)
 
 
 class Sender:

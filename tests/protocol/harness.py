@@ -11,12 +11,13 @@ from __future__ import annotations
 import random
 from collections import deque
 from collections.abc import Callable
-from typing import Any, Generic, Protocol, TypeVar
+from typing import Generic, Protocol, TypeVar
 
 from rmpd.protocol.config import EngineConfig
 from rmpd.protocol.engine import GroupEngine
-from rmpd.protocol.events import Delivery, Event, Transmit, ViewInstalled, messages_of
+from rmpd.protocol.events import Delivery, Event, ViewInstalled, messages_of
 from rmpd.protocol.ids import ViewId
+from rmpd.protocol.outbox import Outputs
 from rmpd.protocol.packets import Packet, decode
 from rmpd.protocol.process import RmpProcess
 from rmpd.protocol.qos import QoS
@@ -28,9 +29,7 @@ DropRule = Callable[[str, str, Packet], bool]
 class SansIo(Protocol):
     """What the wire drives: a GroupEngine or an RmpProcess."""
 
-    def datagrams_to_send(self) -> list[Transmit]: ...
-    def events(self) -> list[Event]: ...
-    def journal_records(self) -> list[dict[str, Any]]: ...
+    def take_outputs(self, *, deadline: bool = True) -> Outputs: ...
     def get_timer(self) -> float | None: ...
     def handle_timer(self, now: float) -> None: ...
     def receive_datagram(self, data: bytes, addr: str | None, now: float) -> None: ...
@@ -58,6 +57,8 @@ class Wire(Generic[Node]):
         """How many copies of a datagram the network delivers (duplication)."""
         self.down: set[str] = set()
         """Nodes that neither send nor receive nor run timers (crashed or cut off)."""
+        self.persist_wanted: dict[str, int] = {}
+        """Per process, the value of SCMP ``latest`` it asked to persist and has not been told is durable."""
         for pid in self.pids:
             self.collect(pid)
 
@@ -66,12 +67,13 @@ class Wire(Generic[Node]):
 
     def collect(self, pid: str) -> None:
         """Take what node ``pid`` produced: datagrams onto the wire, events into ``events``."""
-        node = self.nodes[pid]
-        for tx in node.datagrams_to_send():
+        out = self.nodes[pid].take_outputs(deadline=False)  # ``advance`` polls the timers itself
+        for tx in out.datagrams:
             dests = [p for p in self.pids if p != pid] if tx.dest is None else [tx.dest]
             self.wire.extend((pid, dst, tx.data) for dst in dests)
-        self.events[pid].extend(node.events())
-        node.journal_records()
+        self.events[pid].extend(out.events)
+        if out.persist is not None:
+            self.persist_wanted[pid] = out.persist
 
     def do(self, i: int, action: Callable[[Node, float], object]) -> object:
         """Run ``action(node, now)`` at node ``i`` and collect what it produced."""

@@ -271,7 +271,7 @@ def test_a_departed_member_delivers_nothing_more_whatever_it_hears() -> None:
     joiner = ListChangeRequest("g", None, "10.0.0.9:7000", 1, "join", 0, True, 1, 1)
     removed.receive_packet(joiner, ring.now)
     removed.handle_timer(ring.now + 1.0)
-    assert ring.delivered(2) == [] and messages_of(removed.events()) == []
+    assert ring.delivered(2) == [] and messages_of(removed.take_outputs().events) == []
 
 
 def test_resilient_messages_do_not_wait_for_idle_null_acks() -> None:
@@ -370,7 +370,7 @@ def test_one_multicast_answers_several_nacks_for_the_same_hole() -> None:
     def nack_from(src: str) -> list[bytes]:
         nack = Nack(ring.view.view_id, src, a, ts - 1, ts, False, (ts,), ())
         holder.receive_datagram(encode(nack), src, ring.now)
-        return [tx.data for tx in holder.datagrams_to_send() if tx.dest is None]
+        return [tx.data for tx in holder.take_outputs().datagrams if tx.dest is None]
 
     first, second = nack_from(c), nack_from(d)
     assert len(first) == 1 and second == [], "the second NACK is answered by the first one's multicast"

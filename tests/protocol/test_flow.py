@@ -163,7 +163,7 @@ def test_oversized_and_unfragmentable_sends_are_refused_clearly() -> None:
         ring.send(0, b"x" * 5001, QoS.TOTAL)
     with pytest.raises(MessageTooLarge, match="must fit one packet"):
         ring.send(0, b"x" * 1001, QoS.UNRELIABLE)
-    assert ring[0].next_seq == 1 and not ring[0].sender.send_queue and not ring[0].sender.outstanding
+    assert ring[0].sender.next_seq == 1 and not ring[0].sender.send_queue and not ring[0].sender.outstanding
 
 
 def test_a_member_that_joined_mid_message_does_not_deliver_its_tail() -> None:
@@ -221,7 +221,7 @@ def test_a_batch_is_packed_as_the_per_message_rule_would(sizes: list[int], queue
             expected.append(tail_seq)
     payloads = [bytes([i % 256]) * size for i, size in enumerate(sizes)]
     assert sender.send_batch(payloads, QoS.TOTAL, ring.now) == expected
-    assert sender.next_seq == next_seq
+    assert sender.sender.next_seq == next_seq
 
 
 def test_a_batch_is_packed_at_once_even_with_the_window_open() -> None:
@@ -252,6 +252,6 @@ def test_a_batch_is_refused_whole() -> None:
     ring = Ring(2, EngineConfig(max_message=5000, journal=True))
     with pytest.raises(MessageTooLarge):
         ring[1].send_batch([b"ok", b"x" * 6000], QoS.TOTAL, ring.now)
-    assert ring[1].next_seq == 1 and not ring[1].sender.send_queue
+    assert ring[1].sender.next_seq == 1 and not ring[1].sender.send_queue
     ring[1].leave(ring.now)
     assert ring[1].send_batch([b"late"], QoS.TOTAL, ring.now) is None

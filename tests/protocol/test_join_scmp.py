@@ -27,10 +27,9 @@ def advance(net: Net, seconds: float) -> None:
     end = net.now + seconds
     while net.now < end - 1e-9:
         net.advance(min(0.05, end - net.now))
-        for proc in net.procs.values():
-            value = proc.persist_request()
-            if value is not None:
-                proc.persisted(value, net.now)
+        for pid, value in list(net.persist_wanted.items()):
+            del net.persist_wanted[pid]
+            net.procs[pid].persisted(value, net.now)
 
 
 def restart_all(net: Net, persisted: int) -> None:

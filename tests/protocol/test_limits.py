@@ -40,7 +40,7 @@ def test_a_send_naming_a_handler_out_of_range_is_refused_before_it_takes_a_seque
     for handler in (HANDLER_LOCKS, -1, 2**70):
         with pytest.raises(BadArgument, match="handler"):
             ring[0].send(b"x", QoS.TOTAL, ring.now, handler=handler)
-    assert ring[0].next_seq == 1 and not ring[0].sender.send_queue and not ring[0].sender.outstanding
+    assert ring[0].sender.next_seq == 1 and not ring[0].sender.send_queue and not ring[0].sender.outstanding
     assert ring.send(0, b"fits") == 1
 
 

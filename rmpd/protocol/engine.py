@@ -154,8 +154,8 @@ class GroupEngine:
         timers.add("linger", self.departure, None)
         self.rotation = Rotation(ctx, ordering, holdings, token, self.sender, repair, self.changes, self.departure,
                                  own_ordered=self._maybe_request_leave)
-        handlers = {state: {kind: attrgetter(name)(self) for (at, kind), name in DISPATCH.items() if at is state}
-                    for state in MemberState}
+        handlers = {state: {kind: attrgetter(name)(self) for kind, name in table.items()}
+                    for state, table in DISPATCH.items()}
         self._member_handlers: dict[type, Callable[[Any, float], None]] = handlers[MemberState.MEMBER]
         self._departed_handlers: dict[type, Callable[[Any, float], None]] = handlers[MemberState.DEPARTED]
 
@@ -168,28 +168,14 @@ class GroupEngine:
     # What callers may read
 
     @property
-    def view(self) -> View:
-        """The view packets are ordered in now (the latest New List known)."""
-        return self.views.current
-
-    @property
-    def app_view(self) -> View:
-        """The view the application has seen installed."""
-        return self.views.app
-
-    @property
     def departed(self) -> bool:
         """Out of the group (its leave was ordered, or a failure it could not repair stopped it)."""
         return self.departure.departed
 
     @property
-    def finished(self) -> bool:
-        """Departed, and nobody needs anything from it any more (its ``Left`` event was given)."""
-        return self.departure.finished
-
-    @property
     def leaving(self) -> bool:
-        return self.changes.leaving
+        """A leave was asked for, or the membership ended (no more sends or calls are taken)."""
+        return self.changes.leaving or self.departure.departed
 
     @property
     def frozen(self) -> bool:
@@ -200,8 +186,8 @@ class GroupEngine:
         """A snapshot of this membership for the process's callers (``RmpProcess.status``)."""
         sender, q = self.sender, self.ordering.q
         return GroupStatus(
-            group=self.group, view=self.views.app, leaving=self.leaving and not self.departed,
-            departed=self.departed, finished=self.finished, reforming=self.frozen, next_seq=sender.next_seq,
+            group=self.group, view=self.views.app, leaving=self.changes.leaving and not self.departed,
+            departed=self.departed, finished=self.departure.finished, reforming=self.frozen, next_seq=sender.next_seq,
             send_queue=len(sender.send_queue), in_flight=len(sender.outstanding), window=sender.window.window,
             orderingq_slots=len(q.slots), ack_slots=q.ack_slots, packets_held=len(self.ordering.data),
             started_at=self.started_at, describe_scmp=self.scmp_status,
@@ -245,7 +231,7 @@ class GroupEngine:
         """Accept several application messages at once, in order, packed together (``Sender.queue``); returns
         their sequence numbers (None when refused: all of them, and MessageTooLarge, checked first, refuses all of
         them too)."""
-        if self.leaving or self.departed:
+        if self.leaving:
             self.outbox.event(SendRefused(self.group, "this process is leaving the group"))
             return None
         check_handler(handler)
@@ -297,7 +283,7 @@ class GroupEngine:
 
     def leave(self, now: float) -> None:
         """Leave once every message this process sent has been ordered, so nothing it accepted is lost."""
-        if self.leaving or self.departed:
+        if self.leaving:
             return
         self.changes.leaving = True
         if self.views.current.size == 1:
@@ -311,7 +297,7 @@ class GroupEngine:
 
     def non_member_data(self, packet: NonMemberData, now: float) -> None:
         """A non-member's call or message: the relay carries it into the order; the other members wait for it."""
-        if self.departed or self.leaving or self.reformation.participation is not None:
+        if self.leaving or self.reformation.participation is not None:
             self.stats["call_not_now"] += 1
             return
         relayed = self.relay.relay(packet, now)
@@ -484,7 +470,8 @@ class GroupEngine:
         self.stats["resent_after_order"] += 1
         prompt = now + self.config.null_ack_prompt
         token = self.token
-        holding = token.have_token and not (self.frozen or self.departed or self.leaving) and self.pid in self.view
+        holding = (token.have_token and not (self.frozen or self.leaving)
+                   and self.pid in self.views.current)
         if holding and (token.null.deadline is None or token.null.deadline > prompt):
             token.null.deadline = prompt
 
@@ -595,20 +582,15 @@ class GroupEngine:
             self._progress(now)
 
 
-DISPATCH: dict[tuple[MemberState, type], str] = {
-    (MemberState.MEMBER, Data): "_on_data",
-    (MemberState.MEMBER, Ack): "rotation.on_ack",
-    (MemberState.MEMBER, NewList): "_on_new_list",
-    (MemberState.MEMBER, Confirm): "rotation.on_confirm",
-    (MemberState.MEMBER, Nack): "_on_nack",
-    (MemberState.MEMBER, RecoveryStart): "reformation.on_packet",
-    (MemberState.MEMBER, RecoveryVote): "reformation.on_packet",
-    (MemberState.MEMBER, RecoveryAckNewList): "reformation.on_packet",
-    (MemberState.MEMBER, RecoveryAbort): "reformation.on_packet",
-    (MemberState.DEPARTED, Ack): "departure.pass_seen",
-    (MemberState.DEPARTED, NewList): "departure.pass_seen",
-    (MemberState.DEPARTED, Confirm): "rotation.on_confirm",
-    (MemberState.DEPARTED, Nack): "_on_nack",
+DISPATCH: dict[MemberState, dict[type, str]] = {
+    MemberState.MEMBER: {
+        Data: "_on_data", Ack: "rotation.on_ack", NewList: "_on_new_list", Confirm: "rotation.on_confirm",
+        Nack: "_on_nack", RecoveryStart: "reformation.on_packet", RecoveryVote: "reformation.on_packet",
+        RecoveryAckNewList: "reformation.on_packet", RecoveryAbort: "reformation.on_packet",
+    },
+    MemberState.DEPARTED: {
+        Ack: "departure.pass_seen", NewList: "departure.pass_seen", Confirm: "rotation.on_confirm", Nack: "_on_nack",
+    },
 }
 """Packet dispatch by (member state, packet type), to the engine's (or its part's) method of that name.  A
 member's packet not listed is counted as unhandled; a departed member ignores what is not listed (it only checks

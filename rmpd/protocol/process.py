@@ -209,7 +209,7 @@ class RmpProcess:
 
     def view(self, group: str) -> View | None:
         engine = self.engines.get(group)
-        return None if engine is None or engine.departed else engine.app_view
+        return None if engine is None or engine.departed else engine.views.app
 
     # ------------------------------------------------------------------------------------------------------------
     # Inspection: what callers may know of the groups, without reading engine state
@@ -231,7 +231,7 @@ class RmpProcess:
     def is_leaving(self, group: str) -> bool:
         """A leave of ``group`` was asked for, or the membership ended and is not yet finished."""
         engine = self.engines.get(group)
-        return engine is not None and (engine.leaving or engine.departed)
+        return engine is not None and engine.leaving
 
     def counters(self) -> Counter[str]:
         """This process's counters plus those of every group it is in (counters of groups left are kept)."""
@@ -247,7 +247,7 @@ class RmpProcess:
         confirmation nobody will send (until ``leave_linger``); there is nobody left to serve, so it counts here."""
         if self.joining:
             return False
-        return all(e.departed and (e.finished or e.view.size == 1) for e in self.engines.values())
+        return all(e.departed and (e.departure.finished or e.views.current.size == 1) for e in self.engines.values())
 
     # ------------------------------------------------------------------------------------------------------------
     # Network and time

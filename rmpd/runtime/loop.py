@@ -83,10 +83,7 @@ class ProcessLoop:
                  scmp: ScmpSettings | None = None, latest_path: Callable[[str], Any] | None = None) -> None:
         """``latest_path(pid)``: where SCMP's ``latest`` lives on stable storage (None: no stable storage, so calls
         are filtered by the non-resilient server of figure 2-1).  Raises LatestStoreError for a corrupt file."""
-        self.ip = ip
-        self.address_range = address_range
-        self.default_ttl = ttl
-        self.multicast = multicast
+        self.ip, self.address_range, self.default_ttl, self.multicast = ip, address_range, ttl, multicast
         self.journal = journal
         self.stats: Counter[str] = Counter()
         self.guard = guard if guard is not None else DatagramGuard(stats=self.stats)

@@ -312,7 +312,7 @@ def test_two_crashed_members_are_removed_once_every_voter_is_at_the_sync_point()
     ring.flush()
     suspected = ring.advance_until(lambda: any(ring[i].stats["failures_suspected"] for i in range(3)), 10.0)
     assert suspected is not None
-    removed = ring.advance_until(lambda: all(ring[i].view.size == 3 for i in range(3)), 5.0)
+    removed = ring.advance_until(lambda: all(ring[i].views.current.size == 3 for i in range(3)), 5.0)
     assert removed is not None and removed - suspected < 0.9, (suspected, removed)
     ring.send(1, b"after")
     ring.advance(1.0)
@@ -331,11 +331,11 @@ def test_a_member_behind_the_sync_point_catches_up_during_the_reformation() -> N
     ring.flush()
     assert ring.advance_until(lambda: any(ring[i].frozen for i in range(4)), 10.0) is not None
     losing[0] = False
-    first = ring[0].view.view_id
-    settled = ring.advance_until(lambda: all(ring[i].view.view_id != first and not ring[i].frozen
+    first = ring[0].views.current.view_id
+    settled = ring.advance_until(lambda: all(ring[i].views.current.view_id != first and not ring[i].frozen
                                              for i in range(4)), 5.0)
     assert settled is not None
-    assert all(ring[i].view.size == 4 for i in range(4)), [ring[i].view.members for i in range(4)]
+    assert all(ring[i].views.current.size == 4 for i in range(4)), [ring[i].views.current.members for i in range(4)]
     assert all(ring.delivered(i) == [b"a"] for i in range(4))
 
 

@@ -93,7 +93,7 @@ class SkipsOneMessage(GroupEngine):
         deliver = self.delivery.deliver
 
         def skipping(packet: Data, ts: int | None, now: float, holders: int, need: int = 1) -> None:
-            if ts == 5 and self.pid == self.view.members[1]:
+            if ts == 5 and self.pid == self.views.current.members[1]:
                 self.ordering.mark_delivered(packet.src, packet.seq)
                 return
             deliver(packet, ts, now, holders, need)

@@ -2,8 +2,9 @@
 for its own program.
 
 Both park a join until the process is in a view of the group, join again when a join was asked for while the
-process was still on its way out of the group (its ``Left`` comes first), explain a join that failed, and hold a
-group's token back while a reader of it is behind (section 4.6), cutting that reader off after OVERRUN_GRACE.
+process was still on its way out of the group (its ``Left`` comes first), explain a join that failed, keep one lock
+request per lock in flight (``LockRequests``), and hold a group's token back while a reader of it is behind
+(section 4.6), cutting that reader off after OVERRUN_GRACE.
 They differ in who waits (a client's request, or a task) and in what "behind" and "cut off" mean; those they pass
 in.  The adapter makes its requests through the loop, so when it runs from an application's ``handle_events``
 they are drained after it, never inside the drain that produced the event.
@@ -130,8 +131,6 @@ class Application:
                 self.loop.set_overrun(group, is_behind)
 
 
-__all__ = ["OVERRUN_GRACE", "Application", "Reply"]
-
 
 W = TypeVar("W")
 """Whoever waits for a lock answer: a client's request (the hub) or a task (the node)."""
@@ -182,3 +181,5 @@ class LockRequests(Generic[W]):
             gone.extend(waiter for waiter, _owner in self.waiting.pop(key))
         return gone
 
+
+__all__ = ["OVERRUN_GRACE", "Application", "LockBusy", "LockRequests", "Reply"]

@@ -10,6 +10,7 @@ from rmpd.protocol.ids import ViewId
 from rmpd.protocol.orderingq import SlotKind, SlotState
 from rmpd.protocol.packets import Ack, Confirm, Data, ListChangeRequest, Nack, RecoveryVote, encode
 from rmpd.protocol.qos import QoS
+from rmpd.protocol.token import TokenState
 
 from .harness import Ring
 
@@ -432,3 +433,21 @@ def test_data_round_trips_are_sampled_only_from_other_sites_acks() -> None:
     ring.advance(0.1)
     assert ring.delivered(other) == [b"a", b"b"]
     assert ring[other].stats["acks_sent"] == 0 and ring[other].sender.data_rtt.srtt is not None
+
+
+def test_the_token_state_follows_a_pass_that_has_to_wait_for_a_repair() -> None:
+    ring = Ring(3)
+    _a, b, _c = ring.pids
+    assert [ring[i].token.state for i in range(3)] == [TokenState.HOLDING, TokenState.IDLE, TokenState.IDLE]
+    ring.send(0, b"x")
+    assert ring[0].token.state is TokenState.PASSING, "A ordered its message and passed the token to B"
+    ring.drop = lambda src, dst, p: dst == b and isinstance(p, Data)
+    ring.flush()
+    assert ring[1].token.state is TokenState.NAMED, "B is named but lacks the message the ACK ordered"
+    assert ring[0].token.state is TokenState.PASSING, "no confirmation while B cannot accept"
+    ring.drop = lambda src, dst, p: False
+    ring.advance_until(lambda: ring[0].token.state is TokenState.IDLE, 1.0)
+    assert ring[0].token.state is TokenState.IDLE, "B's confirmation reached A"
+    assert ring[1].token.state is not TokenState.NAMED, "B got the message by its NACK and accepted"
+    assert ring.delivered(1) == [b"x"]
+

@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from rmpd.protocol.config import EngineConfig
 from rmpd.protocol.events import Delivered, messages_of
-from rmpd.protocol.flow import RttEstimator, SendWindow
+from rmpd.protocol.flow import RttEstimator, SendWindow, make_congestion_control
 from rmpd.protocol.limits import MessageTooLarge
 from rmpd.protocol.packets import Data, Fragment, Nack
 from rmpd.protocol.qos import QoS
@@ -255,3 +255,17 @@ def test_a_batch_is_refused_whole() -> None:
     assert ring[1].sender.next_seq == 1 and not ring[1].sender.send_queue
     ring[1].leave(ring.now)
     assert ring[1].send_batch([b"late"], QoS.TOTAL, ring.now) is None
+
+
+def test_congestion_control_is_chosen_by_config_and_a_fixed_window_never_moves() -> None:
+    config = EngineConfig(congestion="fixed", max_window=100_000)
+    window = make_congestion_control(config)
+    assert window.window == 100_000
+    assert not window.congested(1.0, 0.1) and not window.nack_named(5, 1.0, 0.1)
+    window.sent(16_000)
+    window.ordered(16_000)
+    assert window.window == 100_000 and window.room() == 100_000
+    assert make_congestion_control(EngineConfig()).congested(1.0, 0.1), "the paper's window halves on a timeout"
+    with pytest.raises(ValueError, match="unknown congestion control"):
+        make_congestion_control(EngineConfig(congestion="cubic"))
+

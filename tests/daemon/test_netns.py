@@ -1,6 +1,6 @@
 """Four daemons on four network-namespace hosts joined by a bridge, with 10% random loss each way (iptables
 statistic DROP rules): one identical total order everywhere; then one daemon is killed with -9 in mid-stream, the
-others install a view without it within 20 s and go on, and every host's journal passes the simulator's checker.
+others install a view without it within 45 s and go on, and every host's journal passes the simulator's checker.
 
 Needs root (as in CI, where it must run, not skip).
 """
@@ -57,6 +57,22 @@ def send_lines(daemon: Daemon, group: str, lines: list[str]) -> subprocess.Popen
     return proc
 
 
+def membership_story(journal: Path, daemons: list[Daemon]) -> str:
+    """Each daemon's members now, the views it installed and its reformation steps, and the end of its log: what
+    a failed wait for a view needs to be understood."""
+    lines = []
+    for daemon in daemons:
+        lines.append(f"== {daemon.name} ({daemon.pid}): members now {daemon.members('ring')}")
+        for path in sorted(journal.glob(f"{daemon.pid.replace(':', '_')}.*.jsonl")):
+            for raw in path.read_text().splitlines():
+                record = json.loads(raw)
+                if record["event"] in ("view", "recovery"):
+                    lines.append(f"  {record['mono']:.2f} {record['event']} {record.get('role', '')} "
+                                 f"v{record.get('version', '')} {record.get('members', '')} {record.get('reason', '')}")
+        lines.extend("  log: " + line for line in daemon.log_path.read_text().splitlines()[-10:])
+    return "\n".join(lines)
+
+
 def deliveries(path: Path) -> list[tuple[str, int, int, str]]:
     rows = [json.loads(line) for line in path.read_text().splitlines()]
     return [(r["src"], r["seq"], r["ts"], r["payload"]) for r in rows]
@@ -76,7 +92,11 @@ def test_four_hosts_with_loss_then_a_crash(hosts, tmp_path: Path) -> None:
     subprocess.run([NETNS, "loss", "0.1"], check=True, env=env)
     for d in ds:
         d.rmp("join", "ring", timeout=120)
-    wait_for(lambda: all(len(d.members("ring")) == HOSTS for d in ds), 60, "a four-member view at every host")
+    try:
+        wait_for(lambda: all(len(d.members("ring")) == HOSTS for d in ds), 60, "a four-member view at every host")
+    except AssertionError:
+        print(membership_story(journal, ds))
+        raise
 
     # Phase 1: two senders, identical order at all four hosts under loss.
     outs = [tmp_path / f"phase1-{d.name}.jsonl" for d in ds]
@@ -101,8 +121,12 @@ def test_four_hosts_with_loss_then_a_crash(hosts, tmp_path: Path) -> None:
     # How fast is measured by `rmp sim` (detection_seconds); here, that it happens.  Suspicion alone takes 4.6 s
     # (ten expiries from 5 ms, clamped at 2 s); under 10% loss on a loaded machine the whole removal once took
     # longer than the 20 s this test used to allow.
-    wait_for(lambda: all(victim.pid not in d.members("ring") and len(d.members("ring")) == 3 for d in survivors),
-             45, "a view without the killed host at every survivor", interval=0.2)
+    try:
+        wait_for(lambda: all(victim.pid not in d.members("ring") and len(d.members("ring")) == 3 for d in survivors),
+                 45, "a view without the killed host at every survivor", interval=0.2)
+    except AssertionError:
+        print(membership_story(journal, survivors))
+        raise
     for proc in senders + listeners:
         assert proc.wait(180) == 0
     second = deliveries(outs[0])

@@ -20,6 +20,7 @@ from typing import Any
 
 from rmpd.localapi import DEFAULT_MAX_FRAME, default_socket_path
 from rmpd.protocol.config import EngineConfig
+from rmpd.protocol.flow import CONGESTION_CONTROLS
 from rmpd.protocol.multirpc import ScmpSettings
 from rmpd.protocol.naming import DEFAULT_RANGE
 from rmpd.runtime.auth import AuthKeyError, DatagramGuard, load_key_file
@@ -177,6 +178,10 @@ def _check(config: DaemonConfig) -> None:
     if config.log_level.lower() not in ("debug", "info", "warning", "error"):
         raise ConfigError(f"log_level must be debug, info, warning or error, got {config.log_level!r}")
     for name, value in config.timers.items():
+        if name == "congestion":
+            if value not in CONGESTION_CONTROLS:
+                raise ConfigError(f"congestion must be one of {', '.join(CONGESTION_CONTROLS)}, got {value!r}")
+            continue
         numbers = value if isinstance(value, list) else [value]
         if not numbers or not all(isinstance(v, int | float) and not isinstance(v, bool) and v >= 0
                                   for v in numbers):

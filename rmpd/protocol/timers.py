@@ -13,10 +13,12 @@ from typing import Protocol
 
 
 class Timer(Protocol):
-    """Anything with a deadline (None: not armed)."""
+    """Anything with a deadline (None: not armed) that a freeze or a departure can stop."""
 
     @property
     def deadline(self) -> float | None: ...
+
+    def stop(self) -> None: ...
 
 
 class Deadline:
@@ -26,9 +28,6 @@ class Deadline:
 
     def __init__(self) -> None:
         self.deadline: float | None = None
-
-    def due(self, now: float) -> bool:
-        return self.deadline is not None and now >= self.deadline
 
     def stop(self) -> None:
         self.deadline = None
@@ -60,8 +59,6 @@ class Backoff:
     def expired(self, now: float) -> bool:
         return self.deadline is not None and now >= self.deadline
 
-    due = expired
-
     def exhausted(self, limit: int, now: float) -> bool:
         """This expiry is the ``limit``-th in a row without an answer, the first transmission's included, and
         ``patience`` has passed since that transmission.
@@ -89,10 +86,6 @@ class Backoff:
     def stop(self) -> None:
         self.deadline = None
         self.retries = 0
-
-
-class Stoppable(Timer, Protocol):
-    def stop(self) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,8 +129,4 @@ class TimerRegistry:
         """Stop the timers a freeze (``frozen``) or a departure (``departed``) ends."""
         for entry in self.entries:
             if (frozen and entry.frozen_stops) or (departed and entry.departed_stops):
-                entry.timer.stop()  # type: ignore[attr-defined]
-
-    def pending(self) -> dict[str, float]:
-        """Armed timers by name (for status and tests)."""
-        return {entry.name: d for entry in self.entries if (d := entry.timer.deadline) is not None}
+                entry.timer.stop()

@@ -31,6 +31,7 @@ def test_the_shipped_config_loads_and_flags_override_it() -> None:
     ("port = 70000\n", {}, "port"),
     ("[timers]\nnull_ack_interval = -1\n", {}, "non-negative"),
     ("[timers]\nwarp = 1\n", {}, "unknown timer"),
+    ("[timers]\ncongestion = 'cubic'\n", {}, "congestion must be one of rmp, fixed"),
     ("interface = 'lo'\n", {"bind": "127.0.0.1"}, "either interface or bind"),
     ("bind = 'not-an-ip'\n", {}, "IPv4"),
     ("address_range = '10.0.0.0/8'\n", {}, "multicast"),
@@ -41,6 +42,13 @@ def test_bad_configs_are_refused_with_a_reason(tmp_path: Path, text: str, overri
     path.write_text(text)
     with pytest.raises(ConfigError, match=message):
         load_config(path, overrides)
+
+
+def test_congestion_control_is_chosen_in_timers(tmp_path: Path) -> None:
+    path = tmp_path / "rmpd.toml"
+    path.write_text("[timers]\ncongestion = 'fixed'\n")
+    assert load_config(path, {}).engine_config().congestion == "fixed"
+    assert DaemonConfig().engine_config().congestion == "rmp"
 
 
 def test_defaults_are_loopback_and_a_per_user_socket(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

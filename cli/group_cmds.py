@@ -1,6 +1,7 @@
 """`rmp join`, `leave`, `members`, `lock`, `unlock`: the daemon's membership and locks, as a person types them.
 
-A join taken here is persistent: the daemon stays in the group after the command exits, until `rmp leave`.  A lock
+A join taken here is persistent: the daemon stays in the group after the command exits, and rejoins it when it starts
+again, until `rmp leave`.  A lock
 taken here belongs to the daemon (not to this short-lived command) until `rmp unlock`.
 """
 
@@ -11,10 +12,23 @@ from typing import Annotated, Any
 import typer
 
 from rmpd.client import Client
+from rmpd.localapi import min_partition_name, parse_min_partition
 
-from .client_common import JsonOption, emit_json, run_with_client
+from .client_common import JsonOption, emit_json, err, run_with_client
 
 group_app = typer.Typer()
+
+
+def _min_partition(value: str | None) -> int | str | None:
+    """The option in the local API's public form, checked before the daemon is asked: a typo is one line on
+    stderr (exit 2), in the words the daemon would use, not a usage box wrapped over several."""
+    if value is None:
+        return None
+    try:
+        return min_partition_name(parse_min_partition(value))
+    except ValueError as exc:
+        err.print(f"[red]error:[/red] --min-partition: {exc}", highlight=False)
+        raise typer.Exit(2) from None
 
 
 @group_app.command("join")
@@ -22,19 +36,22 @@ def join(
     ctx: typer.Context,
     group: Annotated[str, typer.Argument(help="Group name.")],
     ttl: Annotated[int | None, typer.Option(min=0, max=255, help="Multicast TTL this member asks for.")] = None,
-    min_partition: Annotated[int | None, typer.Option(min=1, help="Smallest partition that may go on.")] = None,
+    min_partition: Annotated[str | None, typer.Option(
+        metavar="majority|all|N",
+        help="Smallest partition that may go on: a majority of the old view, all of it, or N members.")] = None,
     existing_only: Annotated[bool, typer.Option(
         "--existing", "--existing-only", help="Join only an existing group; fail rather than form one.")] = False,
     json_out: Annotated[bool, JsonOption] = False,
 ) -> None:
     """Make the daemon join GROUP; returns once it is in a view of the group."""
+    wanted = _min_partition(min_partition)
 
     async def body(client: Client) -> dict[str, Any]:
         fields: dict[str, Any] = {"group": group, "persist": True, "existing_only": existing_only}
         if ttl is not None:
             fields["ttl"] = ttl
-        if min_partition is not None:
-            fields["min_partition"] = min_partition
+        if wanted is not None:
+            fields["min_partition"] = wanted
         return await client.request("join", **fields)
 
     reply = run_with_client(ctx, body)

@@ -21,6 +21,7 @@ import trio
 
 from rmpd.protocol.limits import BadArgument, check_handler, check_lock
 from rmpd.protocol.qos import QoS
+from rmpd.protocol.reformation import MIN_PARTITION_ALL, MIN_PARTITION_MAJORITY
 
 # ----------------------------------------------------------------------------------------------------------------
 # Where the daemon listens
@@ -151,6 +152,53 @@ class FrameReader:
 
 
 # ----------------------------------------------------------------------------------------------------------------
+# The minimum partition, as people and programs name it
+
+MIN_PARTITION_NAMES: dict[str, int] = {"majority": MIN_PARTITION_MAJORITY, "all": MIN_PARTITION_ALL}
+"""The two minimum partitions that are no fixed number, by the names the CLI, the local API, the client library
+and the config use (the protocol encodes them as 0 and 0xFFFF)."""
+DEFAULT_MIN_PARTITION = 1
+"""What a join that names no minimum partition asks for: the group goes on in any partition (the view keeps the
+stricter of the group's and the joiner's, see ``rmpd.protocol.membership``)."""
+MAX_MIN_PARTITION = MIN_PARTITION_ALL - 1
+"""The largest fixed minimum partition: 0xFFFF already means ``all``."""
+
+
+def parse_min_partition(value: int | str) -> int:
+    """A minimum partition as every public interface takes it, to the protocol's encoding.
+
+    The public form is ``"majority"`` (of the old view), ``"all"`` (every member of the old view: any failure stops
+    the group) or a whole number 1..65534 (an int, or its digits as text, as a command line gives it).  The
+    protocol's own encoding (0 for majority) is refused on purpose: 0 reads as "no minimum", the opposite of what
+    it means, so one spelling is accepted and nobody has to remember which number is which.  ValueError, with a
+    message fit for one line, for anything else."""
+    number: int | None = None
+    if isinstance(value, str):
+        text = value.strip().lower()
+        if text in MIN_PARTITION_NAMES:
+            return MIN_PARTITION_NAMES[text]
+        if text.isascii() and text.isdigit():
+            number = int(text) if len(text) <= 12 else MAX_MIN_PARTITION + 1  # int() refuses very long digit strings
+    elif isinstance(value, int) and not isinstance(value, bool):
+        number = value
+    if number is None or not 1 <= number <= MAX_MIN_PARTITION:
+        shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:37] + "..."
+        hint = " (for a majority say 'majority')" if number == 0 else ""
+        raise ValueError(f"min_partition must be 'majority', 'all' or a whole number from 1 to "
+                         f"{MAX_MIN_PARTITION}, got {shown}{hint}")
+    return number
+
+
+def min_partition_name(value: int) -> int | str:
+    """The protocol's encoding back to the public form: ``"majority"``, ``"all"`` or the number."""
+    if value == MIN_PARTITION_MAJORITY:
+        return "majority"
+    if value >= MIN_PARTITION_ALL:
+        return "all"
+    return value
+
+
+# ----------------------------------------------------------------------------------------------------------------
 # Requests: one table of operations and the fields each takes, checked once here so the daemon's handlers
 # only ever see a well-formed Request
 
@@ -172,6 +220,8 @@ class Request:
     lock: int = 0
     ttl: int | None = None
     min_partition: int | None = None
+    """In the protocol's encoding (:func:`parse_min_partition` has turned the public form into it); None: not
+    given."""
     persist: bool = False
     existing_only: bool = False
     timeout: float = 5.0
@@ -197,7 +247,7 @@ OPS: dict[str, tuple[set[str], set[str]]] = {
 
 FIELD_TYPES: dict[str, tuple[type, ...]] = {
     "group": (str,), "payload": (bytes,), "payloads": (list,), "qos": (str,), "handler": (int, type(None)),
-    "lock": (int,), "ttl": (int, type(None)), "min_partition": (int, type(None)), "persist": (bool,),
+    "lock": (int,), "ttl": (int, type(None)), "min_partition": (int, str, type(None)), "persist": (bool,),
     "existing_only": (bool,), "timeout": (int, float), "caller": (str,), "conn": (int,), "stamp": (int,),
 }
 
@@ -240,8 +290,11 @@ def parse_request(frame: dict[str, Any]) -> Request:
             raise RequestError(BAD_REQUEST, f"payloads must be a list of 1..{MAX_BATCH} byte strings")
     if values.get("ttl") is not None and not 0 <= values["ttl"] <= 255:
         raise RequestError(BAD_REQUEST, "ttl must be 0..255")
-    if values.get("min_partition") is not None and values["min_partition"] < 1:
-        raise RequestError(BAD_REQUEST, "min_partition must be at least 1")
+    if values.get("min_partition") is not None:
+        try:
+            values["min_partition"] = parse_min_partition(values["min_partition"])
+        except ValueError as exc:
+            raise RequestError(BAD_REQUEST, str(exc)) from None
     if op == "call" and "handler" not in values:
         values["handler"] = 0  # a call goes to handler 0 unless it names another (or None: no handler)
     if "timeout" in values and not 0 < values["timeout"] <= MAX_CALL_TIMEOUT:

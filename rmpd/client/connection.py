@@ -91,12 +91,21 @@ class Client:
             raise RmpdError(str(reply["error"]), str(reply.get("message", "")))
         return reply
 
-    async def join(self, name: str, *, ttl: int | None = None, min_partition: int | None = None,
+    async def join(self, name: str, *, ttl: int | None = None, min_partition: int | str | None = None,
                    persist: bool = False, existing_only: bool = False) -> Group:
-        """Join ``name`` (the daemon joins it if needed); returns once the daemon is in a view of the group."""
+        """Join ``name`` (the daemon joins it if needed); returns once the daemon is in a view of the group.
+
+        ``min_partition``: ``"majority"``, ``"all"`` or a whole number (:func:`rmpd.localapi.parse_min_partition`),
+        checked here so a bad one costs no round trip.  ``persist``: the daemon keeps the membership after this
+        connection ends and rejoins it when it starts again, until a persistent leave (what ``rmp join`` does)."""
+        if min_partition is not None:
+            try:
+                min_partition = localapi.min_partition_name(localapi.parse_min_partition(min_partition))
+            except ValueError as exc:
+                raise RmpdError(localapi.BAD_REQUEST, str(exc)) from None
         return await self._join_once.run(name, lambda: self._join(name, ttl, min_partition, persist, existing_only))
 
-    async def _join(self, name: str, ttl: int | None, min_partition: int | None, persist: bool,
+    async def _join(self, name: str, ttl: int | None, min_partition: int | str | None, persist: bool,
                     existing_only: bool) -> Group:
         group = self._groups.get(name)
         if group is not None:

@@ -17,6 +17,7 @@ from typing import Any
 
 import trio
 
+from rmpd.localapi import BAD_REQUEST, DEFAULT_MIN_PARTITION, parse_min_partition
 from rmpd.protocol.config import EngineConfig
 from rmpd.protocol.events import CallAnswered, Delivered, JoinFailed, Left, LockResult, ViewInstalled
 from rmpd.protocol.events import CallRequest as EngineCallRequest
@@ -176,13 +177,19 @@ class Node:
 
     # The join/Group API
 
-    async def join(self, name: str, *, ttl: int | None = None, min_partition: int | None = None,
+    async def join(self, name: str, *, ttl: int | None = None, min_partition: int | str | None = None,
                    persist: bool = False, existing_only: bool = False) -> Group:
-        """Join ``name``; returns once this node is in a view of the group.  ``persist`` is taken so that code
-        written for a daemon connection runs unchanged; a node's memberships end with the node either way."""
-        return await self._join_once.run(name, lambda: self._join(name, ttl, min_partition, existing_only))
+        """Join ``name``; returns once this node is in a view of the group.  ``min_partition``: ``"majority"``,
+        ``"all"`` or a whole number, as through a daemon (:func:`rmpd.localapi.parse_min_partition`; default 1).
+        ``persist`` is taken so that code written for a daemon connection runs unchanged; a node's memberships end
+        with the node either way."""
+        try:
+            wanted = DEFAULT_MIN_PARTITION if min_partition is None else parse_min_partition(min_partition)
+        except ValueError as exc:
+            raise RmpdError(BAD_REQUEST, str(exc)) from None
+        return await self._join_once.run(name, lambda: self._join(name, ttl, wanted, existing_only))
 
-    async def _join(self, name: str, ttl: int | None, min_partition: int | None, existing_only: bool) -> Group:
+    async def _join(self, name: str, ttl: int | None, min_partition: int, existing_only: bool) -> Group:
         loop = self._require()
         if name in self._groups and loop.is_member(name):
             return self._groups[name]
@@ -190,7 +197,7 @@ class Node:
         wait = _Wait()
         assert self._app is not None
         try:
-            view = self._app.join(name, wait, ttl=ttl, min_partition=min_partition or 1, existing_only=existing_only)
+            view = self._app.join(name, wait, ttl=ttl, min_partition=min_partition, existing_only=existing_only)
         except ValueError as exc:
             self._groups.pop(name, None)
             raise RmpdError("bad-request", str(exc)) from None

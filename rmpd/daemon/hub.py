@@ -185,6 +185,7 @@ class Hub:
                 "members": list(view.members) if view else [],
                 "joining": status is None,  # listed, with no membership yet
                 "persistent": group in self.persistent,
+                "min_partition": localapi.min_partition_name(view.min_partition) if view else None,
                 "clients": len(self.attached.get(group, ())),
                 "locks": sorted(lock for (g, lock) in self.lock_owner if g == group),
                 "buffers": self._buffers(group, status),
@@ -211,7 +212,8 @@ class Hub:
             self.attached[group].add(session)
         try:
             view = self.app.join(group, SessionReply(session, request.id), ttl=request.ttl,
-                                 min_partition=request.min_partition or 1, existing_only=request.existing_only)
+                                 min_partition=localapi.DEFAULT_MIN_PARTITION if request.min_partition is None
+                                 else request.min_partition, existing_only=request.existing_only)
         except ValueError as exc:
             self._detach(session, group)
             self.persistent.discard(group)

@@ -2,8 +2,9 @@
 
 Pure rules, one table: given the current view and a request, what the New List holds and whether the request was
 granted.  A join puts the newcomer directly after the token site (so it takes the token next and proves it is
-there); a leave removes the member and frees its locks; a lock is granted only when nobody else holds it, and a
-denied request still yields a New List, with the member list unchanged.
+there) and the view keeps the stricter minimum partition of the group's and the newcomer's; a leave removes the
+member and frees its locks; a lock is granted only when nobody else holds it, and a denied request still yields a
+New List, with the member list unchanged.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from enum import StrEnum
 
 from .ids import ProcessId
 from .packets import ListChangeRequest
+from .reformation import required_partition
 from .view import View
 
 MAX_LOCK = 1023
@@ -63,8 +65,18 @@ def _join(draft: _Draft, view: View, request: ListChangeRequest, token_site: Pro
         draft.members.insert(draft.members.index(token_site) + 1, src)
         if not request.multicast_capable:
             draft.unicast_only.add(src)
-        draft.min_partition = max(draft.min_partition, request.min_partition)
+        draft.min_partition = _stricter(draft.min_partition, request.min_partition, len(draft.members))
         draft.changed = True
+
+
+def _stricter(group: int, joiner: int, new_size: int) -> int:
+    """The group's minimum partition or the joiner's, whichever requires more members at the view's new size; the
+    group's on a tie.  Majority (0) and a fixed N are not ordered as numbers (a max kept 1 over majority, so a
+    member joining with the default dropped the group's majority), and neither is safe to lose: compare what each
+    demands of the view being made."""
+    if required_partition(joiner, new_size) > required_partition(group, new_size):
+        return joiner
+    return group
 
 
 def _leave(draft: _Draft, view: View, request: ListChangeRequest, token_site: ProcessId) -> None:

@@ -2,21 +2,61 @@
 
 from __future__ import annotations
 
+import pytest
+
 from rmpd.protocol.config import EngineConfig
 from rmpd.protocol.events import Delivered, JoinFailed, Left, LockResult, ViewInstalled
+from rmpd.protocol.ids import ViewId
+from rmpd.protocol.membership import apply_change
 from rmpd.protocol.packets import ListChangeRequest, NewList
 from rmpd.protocol.qos import QoS
+from rmpd.protocol.reformation import MIN_PARTITION_ALL, MIN_PARTITION_MAJORITY
+from rmpd.protocol.view import View
 
 from .harness import Net
 
 
-def group_of(n: int, config: EngineConfig | None = None) -> Net:
+def group_of(n: int, config: EngineConfig | None = None, min_partitions: list[int] | None = None) -> Net:
+    """``n`` members joined one after the other; ``min_partitions[i]``: what member i asks for (default 1 each)."""
+    wanted = min_partitions or [1] * n
     net = Net(n, config)
-    net.do(0, lambda p, now: p.create("g", now))
+    net.do(0, lambda p, now: p.create("g", now, min_partition=wanted[0]))
     for i in range(1, n):
-        net.do(i, lambda p, now: p.join("g", now))
+        net.do(i, lambda p, now, m=wanted[i]: p.join("g", now, min_partition=m))
         net.advance(0.5)
     return net
+
+
+MAJORITY, ALL = MIN_PARTITION_MAJORITY, MIN_PARTITION_ALL
+
+
+@pytest.mark.parametrize(("group", "joiner", "size_before", "kept"), [
+    (MAJORITY, 1, 2, MAJORITY),  # a max kept 1 here: the default joiner dropped the group's majority
+    (1, MAJORITY, 1, MAJORITY),  # at 2 members a majority is 2, stricter than 1
+    (2, MAJORITY, 4, MAJORITY),  # at 5: 3 against 2
+    (3, MAJORITY, 3, 3),  # at 4: 3 against 3, a tie keeps the group's
+    (MAJORITY, 3, 3, MAJORITY),  # the same tie the other way round
+    (MAJORITY, 4, 4, 4),  # at 5: 4 against 3
+    (MAJORITY, ALL, 1, MAJORITY),  # at 2 both require 2: the group's
+    (MAJORITY, ALL, 2, ALL),  # at 3: 3 against 2
+    (5, 9, 2, 5),  # at 3 both are capped at 3: the group's
+    (ALL, 2, 3, ALL),
+])
+def test_a_join_keeps_the_minimum_partition_that_requires_more_at_the_new_size(
+        group: int, joiner: int, size_before: int, kept: int) -> None:
+    members = tuple(f"10.0.0.{i}:7000" for i in range(1, size_before + 1))
+    view = View(ViewId(members[0], 1), members, min_partition=group)
+    request = ListChangeRequest("g", None, "10.0.0.99:7000", 1, "join", 0, True, joiner, 1)
+    change = apply_change(view, request, members[0])
+    assert change.granted and len(change.members) == size_before + 1
+    assert change.min_partition == kept
+
+
+def test_members_joining_with_the_default_keep_a_founders_majority_everywhere() -> None:
+    net = group_of(3, min_partitions=[MAJORITY, 1, 1])
+    assert all(net[i].view("g").size == 3 and net[i].view("g").min_partition == MAJORITY for i in range(3))
+    later = group_of(3, min_partitions=[1, 1, MAJORITY])  # a joiner's majority is taken: 2 of 3 against 1
+    assert all(later[i].view("g").min_partition == MAJORITY for i in range(3))
 
 
 def test_joiner_is_placed_after_the_token_site_and_takes_the_token() -> None:

@@ -1,0 +1,94 @@
+"""A majority (or all) minimum partition named the same way everywhere: the CLI, the local API, the client library
+and the embedded Node; what the view keeps is what `rmp status` shows."""
+
+from __future__ import annotations
+
+import pytest
+import trio
+from typer.testing import CliRunner
+
+import rmpd
+from cli.rmp_main import app
+from rmpd.localapi import (
+    BAD_REQUEST,
+    RequestError,
+    min_partition_name,
+    parse_min_partition,
+    parse_request,
+)
+from rmpd.protocol.reformation import MIN_PARTITION_ALL, MIN_PARTITION_MAJORITY
+
+from .harness import wait_for
+from .test_client_library import FAST_NODE
+
+
+@pytest.mark.parametrize(("given", "encoded", "shown"), [
+    ("majority", MIN_PARTITION_MAJORITY, "majority"),
+    ("Majority", MIN_PARTITION_MAJORITY, "majority"),
+    ("all", MIN_PARTITION_ALL, "all"),
+    (3, 3, 3),
+    ("3", 3, 3),
+    (65534, 65534, 65534),
+])
+def test_the_public_form_maps_to_the_protocols_encoding_and_back(given: int | str, encoded: int,
+                                                                 shown: int | str) -> None:
+    assert parse_min_partition(given) == encoded
+    assert min_partition_name(encoded) == shown
+    request = parse_request({"op": "join", "id": 1, "group": "g", "min_partition": given})
+    assert request.min_partition == encoded
+
+
+@pytest.mark.parametrize("given", [0, "0", -1, 65535, "most", "", "9" * 5000, True, 2.5])
+def test_a_bad_minimum_partition_is_one_clear_line(given: object) -> None:
+    with pytest.raises(ValueError, match=r"^min_partition must be 'majority', 'all' or a whole number") as bad:
+        parse_min_partition(given)  # type: ignore[arg-type]
+    assert "\n" not in str(bad.value)
+    with pytest.raises(RequestError) as refused:
+        parse_request({"op": "join", "id": 1, "group": "g", "min_partition": given})
+    assert refused.value.code == BAD_REQUEST and "min_partition" in refused.value.message
+
+
+def test_zero_is_refused_with_the_word_to_use_instead() -> None:
+    with pytest.raises(ValueError, match="say 'majority'"):
+        parse_min_partition(0)
+
+
+def test_rmp_join_refuses_a_bad_minimum_partition_before_asking_the_daemon(tmp_path) -> None:
+    result = CliRunner().invoke(app, ["--socket", str(tmp_path / "none.sock"), "join", "g", "--min-partition",
+                                      "most"])
+    assert result.exit_code == 2
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and "min_partition must be 'majority', 'all' or a whole number" in lines[0], lines
+
+
+def min_partition_at(daemon, group: str) -> int | str | None:
+    return next((g["min_partition"] for g in daemon.status()["groups"] if g["group"] == group), None)
+
+
+def test_rmp_join_majority_holds_when_a_member_joins_with_the_default(daemons) -> None:
+    first, second = daemons(), daemons()
+    first.rmp("join", "quorum", "--min-partition", "majority")
+    assert min_partition_at(first, "quorum") == "majority"
+    second.rmp("join", "quorum")  # asks for the default, 1
+    wait_for(lambda: all(len(d.members("quorum")) == 2 for d in (first, second)), 20, "a view of two")
+    assert [min_partition_at(d, "quorum") for d in (first, second)] == ["majority", "majority"]
+    first.rmp("join", "everyone", "--min-partition", "all")
+    assert min_partition_at(first, "everyone") == "all"
+
+
+async def test_the_client_library_and_a_node_take_majority_and_all(daemons) -> None:
+    d = daemons()
+    with trio.fail_after(60):
+        async with rmpd.connect(d.socket) as client, rmpd.Node(interface="lo", port=0, config=FAST_NODE) as node:
+            await client.join("lib-all", min_partition="all")
+            assert min_partition_at(d, "lib-all") == "all"
+            with pytest.raises(rmpd.RmpdError) as refused:
+                await client.join("lib-bad", min_partition=0)
+            assert refused.value.code == "bad-request" and "majority" in refused.value.message
+            with pytest.raises(rmpd.RmpdError) as refused:
+                await node.join("node-bad", min_partition="most")
+            assert refused.value.code == "bad-request"
+
+            await node.join("node-majority", min_partition="majority")  # the node founds it
+            await client.join("node-majority")  # the daemon joins with the default and keeps the majority
+            assert min_partition_at(d, "node-majority") == "majority"

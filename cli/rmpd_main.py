@@ -15,6 +15,7 @@ import typer
 
 from rmpd.daemon.config import ConfigError, load_config
 from rmpd.daemon.daemon import run_daemon
+from rmpd.daemon.memberships import MembershipFileError
 from rmpd.daemon.server import SocketInUse
 from rmpd.runtime.auth import generate_key_file
 from rmpd.scmp.latest import LatestStoreError
@@ -39,8 +40,8 @@ def run(
     encrypt: Annotated[bool | None, typer.Option(
         "--encrypt/--no-encrypt", help="Also encrypt datagrams (ChaCha20-Poly1305) under --auth-key.")] = None,
     state_dir: Annotated[Path | None, typer.Option(
-        help="Where SCMP's latest is kept across restarts [default: $STATE_DIRECTORY, /var/lib/rmpd as root, "
-             "~/.local/state/rmpd].")] = None,
+        help="Where SCMP's latest and the groups to rejoin are kept across restarts [default: $STATE_DIRECTORY, "
+             "/var/lib/rmpd as root, ~/.local/state/rmpd].")] = None,
 ) -> None:
     """Run the daemon until SIGTERM, which leaves every group and exits 0.  With no options: loopback."""
     if ctx.invoked_subcommand is not None:
@@ -57,7 +58,7 @@ def run(
         raise typer.Exit(2) from None
     try:
         trio.run(run_daemon, settings, guard)
-    except (SocketInUse, LatestStoreError) as exc:
+    except (SocketInUse, LatestStoreError, MembershipFileError) as exc:
         typer.echo(f"rmpd: {exc}", err=True)
         raise typer.Exit(1) from None
     except OSError as exc:

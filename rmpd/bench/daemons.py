@@ -28,8 +28,9 @@ class DaemonProcess:
                  extra: list[str] | None = None, netns: str | None = None, config: Path | None = None,
                  socket_path: Path | None = None, log_level: str = "info", ready_timeout: float = 15.0,
                  port: int = 0) -> None:
-        """``port``: 0 for any free one; a restart on the same port keeps the process ID.  SCMP's ``latest`` goes
-        to ``workdir/NAME.state`` (one per name, so a restarted daemon finds its own)."""
+        """``port``: 0 for any free one; a restart on the same port keeps the process ID.  SCMP's ``latest`` and
+        the recorded memberships go to ``workdir/NAME.state`` (one per name, so a restarted daemon finds its own), and
+        a restarted daemon's log follows its earlier runs' in ``workdir/NAME.log``."""
         self.name = name
         self.socket = socket_path or workdir / f"{name}.sock"
         self.notify_path = workdir / f"{name}.notify"
@@ -48,7 +49,7 @@ class DaemonProcess:
         if netns is not None:
             args = ["ip", "netns", "exec", netns, *args]  # ip execs rmpd: the child keeps this process ID
         env = {**os.environ, "NOTIFY_SOCKET": str(self.notify_path)}
-        self.log = open(self.log_path, "w")  # noqa: SIM115 - lives as long as the process
+        self.log = open(self.log_path, "a")  # noqa: SIM115 - lives as long as the process; a restart appends
         self.proc = subprocess.Popen(args, stdout=self.log, stderr=subprocess.STDOUT, env=env)
         self.ready_message = self._wait_ready(ready_timeout)
         self.pid = self.status()["pid"]

@@ -26,11 +26,13 @@ from rmpd.protocol.naming import DEFAULT_RANGE
 from rmpd.runtime.auth import AuthKeyError, DatagramGuard, load_key_file
 from rmpd.runtime.net import ConfigError, interface_address, loopback_interface, max_packet_for
 
+from .memberships import Membership, parse_memberships
+
 DEFAULT_PORT = 7000
 
 TOP_KEYS = {"interface", "bind", "port", "socket", "journal", "journal_compress", "journal_rotate_bytes",
             "log_level", "address_range", "ttl", "multicast", "socket_mode", "socket_group", "runtime_dir_mode",
-            "client_queue", "max_frame", "state_dir",
+            "client_queue", "max_frame", "state_dir", "groups",
             "auth_key", "auth_key_previous", "auth_rotation_window", "encrypt"}
 TIMER_KEYS = {f.name for f in dataclasses.fields(EngineConfig)} - {"journal"}
 SCMP_KEYS = {f.name for f in dataclasses.fields(ScmpSettings)} - {"upper", "latest"}
@@ -72,8 +74,12 @@ class DaemonConfig:
     encrypt: bool = False
     """Seal datagrams with ChaCha20-Poly1305 under the auth key instead of only signing them."""
     state_dir: Path | None = None
-    """Where ``latest`` of SCMP is kept across restarts (default: $STATE_DIRECTORY from systemd, else
-    /var/lib/rmpd for root, else ~/.local/state/rmpd)."""
+    """Where ``latest`` of SCMP and the memberships to rejoin are kept across restarts (default: $STATE_DIRECTORY
+    from systemd, else /var/lib/rmpd for root, else ~/.local/state/rmpd)."""
+    groups: list[Membership] = field(default_factory=list)
+    """Groups the daemon joins at every start and keeps with no client (``groups = ["a", {name = "b",
+    min_partition = "majority", ttl = 2}]``), on top of those recorded by persistent joins (rmpd.daemon.memberships).
+    No flag: a list is the config's to hold."""
     timers: dict[str, float | int] = field(default_factory=dict)
     scmp: dict[str, Any] = field(default_factory=dict)
     """[scmp] table: the fields of ``rmpd.protocol.multirpc.ScmpSettings`` (estimator, lifetime_ms, ...)."""
@@ -84,6 +90,10 @@ class DaemonConfig:
     def latest_path(self, pid: str) -> Path:
         """The file holding this process's ``latest`` (one per process ID: several daemons may share a host)."""
         return self.state_path() / f"scmp-latest-{pid.replace(':', '_')}"
+
+    def memberships_path(self, pid: str) -> Path:
+        """The file of groups joined with a persistent join, rejoined at start (one per process ID, as latest)."""
+        return self.state_path() / f"memberships-{pid.replace(':', '_')}.json"
 
     def state_path(self) -> Path:
         if self.state_dir is not None:
@@ -155,6 +165,11 @@ def load_config(path: Path | None, overrides: dict[str, Any]) -> DaemonConfig:
     for key in ("socket", "journal", "auth_key", "auth_key_previous", "state_dir"):
         if key in values:
             values[key] = Path(values[key])
+    if "groups" in values:
+        try:
+            values["groups"] = parse_memberships(values["groups"])
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
     config = DaemonConfig(**values, timers=timers, scmp=scmp)
     _check(config)
     return config

@@ -1,7 +1,8 @@
 """The daemon: one process loop, the local client server, signals and readiness, one nursery per concern.
 
-Start-up order matters to callers: the UDP socket and the Unix socket are bound first, then the service manager
-hears READY=1 and a line on stderr says where the daemon serves, so anything waiting for readiness can use it at
+Start-up order matters to callers: the UDP socket and the Unix socket are bound first, the kept memberships (the
+config's ``groups`` and the groups recorded by ``rmp join``) are being rejoined, then the service manager hears
+READY=1 and a line on stderr says where the daemon serves, so anything waiting for readiness can use it at
 once.  SIGTERM (or SIGINT) makes the daemon leave every group cleanly, so the other members install a view without
 it instead of waiting to declare it failed, and then exit 0.
 """
@@ -22,6 +23,7 @@ from rmpd.runtime.loop import ProcessLoop
 
 from .config import DaemonConfig
 from .hub import Hub
+from .memberships import MembershipFile
 from .notify import sd_notify
 from .probe import multicast_loops
 from .server import bind_unix_listener, serve_clients
@@ -44,14 +46,17 @@ async def run_daemon(config: DaemonConfig, guard: DatagramGuard | None = None) -
                         address_range=config.address_range, ttl=config.ttl, multicast=config.multicast,
                         journal=journal, guard=guard or config.guard(Counter()),
                         scmp=config.scmp_settings(None), latest_path=config.latest_path)
+    kept = MembershipFile(config.memberships_path(loop.pid))
+    recorded = kept.load()  # MembershipFileError before anything is served: refuse to guess
     path = config.socket_path()
     listener = await bind_unix_listener(path, config.socket_mode, group=config.socket_group,
                                         dir_mode=config.runtime_dir_mode)
-    hub = Hub(loop, str(path), overrun_frames=max(1, config.client_queue // 2))
+    hub = Hub(loop, str(path), overrun_frames=max(1, config.client_queue // 2), kept=kept)
     try:
         with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
             async with trio.open_nursery() as nursery:
                 await nursery.start(loop.run)
+                hub.rejoin_kept(config.groups, recorded)  # before any client and READY=1: the joins are under way
                 await nursery.start(partial(serve_clients, listener, hub, queue_size=config.client_queue,
                                             max_frame=config.max_frame))
                 if config.multicast and not multicast_loops(ip):

@@ -2,9 +2,11 @@
 
 The daemon is one member of each group; several local clients may be attached to one group, and each delivery is
 fanned out to all of them in the order the engine delivered it.  Membership taken with a persistent join
-(``rmp join``) stays until a persistent leave (``rmp leave``); otherwise the daemon leaves a group once its last
-attached client leaves or disconnects.  Handler locks are held by the daemon in the view, but each belongs to the
-local client that took it: only that client may release it, and it is released when that client goes away.
+(``rmp join``) stays until a persistent leave (``rmp leave``), also across restarts: it is recorded in the state
+directory and rejoined at start, with the config's ``groups`` (rmpd.daemon.memberships).  Otherwise the daemon
+leaves a group once its last attached client leaves or disconnects.  Handler locks are held by the daemon in the
+view, but each belongs to the local client that took it: only that client may release it, and it is released when
+that client goes away.
 
 Requests are answered without blocking the loop: those that wait for the protocol (join, lock, unlock) are parked
 here and answered from :meth:`on_event` when the engine's answer arrives.
@@ -37,6 +39,7 @@ from rmpd.protocol.status import GroupStatus
 from rmpd.runtime.adapter import OVERRUN_GRACE, Application, LockBusy, LockRequests
 from rmpd.runtime.loop import ProcessLoop
 
+from .memberships import Membership, MembershipFile
 from .session import Session
 
 log = logging.getLogger("rmpd")
@@ -73,13 +76,37 @@ class SessionReply:
         self.session.push(localapi.error_reply(self.rid, code, message))
 
 
+class KeptReply:
+    """The daemon itself waiting for a join it made at start for a kept membership: nobody to answer, so the
+    outcome goes to the log."""
+
+    __slots__ = ("group",)
+
+    def __init__(self, group: str) -> None:
+        self.group = group
+
+    def ok(self, fields: dict[str, Any]) -> None:
+        log.info("rejoined %s: view %s, %d member(s)", self.group, fields["view"], len(fields["members"]))
+
+    def fail(self, code: str, message: str) -> None:
+        log.warning("could not rejoin %s: %s: %s", self.group, code, message)
+
+
 class Hub:
-    def __init__(self, loop: ProcessLoop, socket_path: str, overrun_frames: int = 5000) -> None:
+    def __init__(self, loop: ProcessLoop, socket_path: str, overrun_frames: int = 5000,
+                 kept: MembershipFile | None = None) -> None:
         self.loop = loop
         self.socket_path = socket_path
         self.sessions: set[Session] = set()
         self.attached: dict[str, set[Session]] = defaultdict(set)
         self.persistent: set[str] = set()
+        """Groups the daemon stays in with no client attached: persistent joins, and the kept memberships."""
+        self.kept = kept
+        """Where persistent joins are recorded for the next start (None: nowhere, they end with the process)."""
+        self.recorded: dict[str, Membership] = {}
+        """What ``kept`` holds: the groups joined with a persistent join and not left with a persistent leave."""
+        self._unconfirmed: set[str] = set()
+        """Groups recorded by a persistent join still on its way: a join that fails takes its record back."""
         self.locks: LockRequests[tuple[Session, Any]] = LockRequests(loop)
         self.lock_owner: dict[tuple[str, int], Owner] = {}
         """Locks this daemon holds per group, and the local client each belongs to (None once it went away)."""
@@ -95,6 +122,59 @@ class Hub:
         self.app = Application(loop, self.stats)
         """Join waiters, rejoin on Left, and the overrun rule, as the embedded node has them too."""
         self.overrun_frames = overrun_frames
+
+    # ------------------------------------------------------------------------------------------------------------
+    # Memberships kept across restarts
+
+    def rejoin_kept(self, configured: list[Membership], recorded: dict[str, Membership]) -> None:
+        """At start, before the daemon says it is ready: join every group of the config and every one recorded by
+        a persistent join, and keep them with no client attached (the daemon is the member, on the operator's
+        behalf).  A group in both is joined once, with the config's settings: the config is what the operator
+        edits."""
+        self.recorded = dict(recorded)
+        wanted = {**recorded, **{m.group: m for m in configured}}
+        with self.loop.one_step():
+            for membership in wanted.values():
+                group = membership.group
+                self.persistent.add(group)
+                min_partition = (localapi.DEFAULT_MIN_PARTITION if membership.min_partition is None
+                                 else membership.min_partition)
+                try:
+                    self.app.join(group, KeptReply(group), ttl=membership.ttl, min_partition=min_partition)
+                except ValueError as exc:  # a name this daemon's address range cannot take
+                    self.persistent.discard(group)
+                    log.error("cannot rejoin %s: %s", group, exc)
+        if wanted:
+            log.info("rejoining %d kept group(s): %s", len(wanted), ", ".join(sorted(wanted)))
+
+    def _record(self, membership: Membership) -> None:
+        """A persistent join: keep the membership for the next start, durably, before the join goes ahead, so an
+        answered ``rmp join`` is never forgotten by a crash.  Refused (state-unwritable, nothing changed) when the
+        state directory cannot be written."""
+        old = self.recorded.get(membership.group)
+        new = old.merged(membership) if old is not None else membership
+        if new == old:
+            return
+        self._save({**self.recorded, new.group: new})
+        if old is None:
+            self._unconfirmed.add(new.group)
+
+    def _unrecord(self, group: str) -> None:
+        """A persistent leave: the next start no longer rejoins the group (refused, nothing changed, when the
+        state directory cannot be written)."""
+        self._unconfirmed.discard(group)
+        if group in self.recorded:
+            self._save({g: m for g, m in self.recorded.items() if g != group})
+
+    def _save(self, recorded: dict[str, Membership]) -> None:
+        if self.kept is not None:
+            try:
+                self.kept.save(recorded.values())
+            except OSError as exc:
+                self.stats["memberships_unsaved"] += 1
+                raise RequestError(localapi.STATE_UNWRITABLE,
+                                   f"cannot record memberships in {self.kept.path}: {exc.strerror or exc}") from None
+        self.recorded = recorded
 
     # ------------------------------------------------------------------------------------------------------------
     # Sessions
@@ -206,6 +286,7 @@ class Hub:
     def _op_join(self, session: Session, request: Request) -> dict[str, Any] | None:
         group = request.group
         if request.persist:
+            self._record(Membership(group, request.min_partition, request.ttl))
             self.persistent.add(group)
         if group not in session.groups:
             session.groups.add(group)
@@ -217,17 +298,23 @@ class Hub:
         except ValueError as exc:
             self._detach(session, group)
             self.persistent.discard(group)
+            if group in self._unconfirmed:
+                with contextlib.suppress(RequestError):
+                    self._unrecord(group)
             raise RequestError(localapi.BAD_REQUEST, str(exc)) from None
         if view is not None:
+            self._unconfirmed.discard(group)  # a member already: the record stands
             return {"view": str(view.view_id), "members": list(view.members)}
         return None
 
     def _op_leave(self, session: Session, request: Request) -> dict[str, Any]:
         group = request.group
-        if group not in session.groups and not (request.persist and group in self.persistent):
-            hint = " (a persistent membership ends with a persistent leave)" if group in self.persistent else ""
+        kept = group in self.persistent or group in self.recorded  # recorded: also after the group ended here
+        if group not in session.groups and not (request.persist and kept):
+            hint = " (a persistent membership ends with a persistent leave)" if kept else ""
             raise RequestError(localapi.NOT_JOINED, f"this client has not joined {group!r}{hint}")
         if request.persist:
+            self._unrecord(group)
             self.persistent.discard(group)
         if group in session.groups:
             self._detach(session, group)
@@ -371,6 +458,8 @@ class Hub:
         if isinstance(event, ViewInstalled):
             members = list(event.members)
             self._fan_out(event.group, localapi.view_event(event.group, str(event.view), members, event.ts))
+            if self.loop.is_member(event.group):
+                self._unconfirmed.discard(event.group)  # the persistent join took effect: its record stands
             self.app.view_installed(event)
             for (group, lock), owner in list(self.lock_owner.items()):
                 if group == event.group and self.loop.pid in members and owner is None:
@@ -466,6 +555,14 @@ class Hub:
         for session in self.attached.pop(group, set()):
             session.groups.discard(group)
         self.persistent.discard(group)
+        if isinstance(event, JoinFailed) and group in self._unconfirmed:
+            # The persistent join that recorded the group never took effect (its client was told join-failed):
+            # nothing to rejoin at the next start.  A group that was left keeps its record: the daemon was a
+            # member on the operator's behalf, and the next start rejoins it.
+            try:
+                self._unrecord(group)
+            except RequestError as exc:
+                log.error("%s", exc.message)
 
     # ------------------------------------------------------------------------------------------------------------
 

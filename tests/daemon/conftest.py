@@ -18,10 +18,34 @@ def loopback_multicast() -> None:
     ensure_loopback_multicast()
 
 
+LOG_TAIL = 80
+"""Lines of each daemon's log shown with a failed test."""
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    """A failed test that started daemons shows the end of each one's log (a restarted daemon's runs in order):
+    what a failed wait for a view needs to be understood."""
+    outcome = yield
+    report = outcome.get_result()  # type: ignore[attr-defined]
+    started: list[Daemon] | None = getattr(item, "rmpd_daemons", None)
+    if report.when != "call" or not report.failed or not started:
+        return
+    for path in dict.fromkeys(d.log_path for d in started):  # one section per log, in the order first started
+        try:
+            lines = path.read_text(errors="replace").splitlines()[-LOG_TAIL:]
+        except OSError as exc:
+            lines = [f"(cannot read {path}: {exc})"]
+        report.sections.append((f"rmpd log {path.name}", "\n".join(lines)))
+
+
 @pytest.fixture
-def daemons(tmp_path: Path, loopback_multicast: None) -> Iterator[Callable[..., Daemon]]:
-    """A factory of daemons on loopback; every daemon started is stopped (SIGTERM) at the end of the test."""
+def daemons(tmp_path: Path, loopback_multicast: None,
+            request: pytest.FixtureRequest) -> Iterator[Callable[..., Daemon]]:
+    """A factory of daemons on loopback; every daemon started is stopped (SIGTERM) at the end of the test, and a
+    failed test shows their logs."""
     started: list[Daemon] = []
+    request.node.rmpd_daemons = started
     fast = tmp_path / "fast-join.toml"
     fast.write_text(FAST_JOIN)
 

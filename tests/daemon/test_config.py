@@ -10,7 +10,9 @@ from pathlib import Path
 import pytest
 
 from rmpd.daemon.config import ConfigError, DaemonConfig, load_config
+from rmpd.daemon.memberships import Membership
 from rmpd.protocol.config import EngineConfig
+from rmpd.protocol.reformation import MIN_PARTITION_MAJORITY
 from rmpd.runtime.net import interface_mtu, max_packet_for
 
 from .harness import RMPD
@@ -36,12 +38,31 @@ def test_the_shipped_config_loads_and_flags_override_it() -> None:
     ("bind = 'not-an-ip'\n", {}, "IPv4"),
     ("address_range = '10.0.0.0/8'\n", {}, "multicast"),
     ("port = \n", {}, "rmpd.toml"),
+    ("groups = 'app'\n", {}, "groups must be a list"),
+    ("groups = [7]\n", {}, r"groups\[0\]: a group is a name or a table"),
+    ("groups = ['app', 'app']\n", {}, r"groups\[1\]: 'app' is listed twice"),
+    ("groups = ['app', {name = 'b', min_partition = 'most'}]\n", {}, r"groups\[1\]: min_partition must be 'majority'"),
+    ("groups = [{name = 'b', min_partition = 0}]\n", {}, "say 'majority'"),
+    ("groups = [{name = 'b', ttl = 300}]\n", {}, "ttl of 'b' must be 0..255"),
+    ("groups = [{name = 'b', colour = 'blue'}]\n", {}, "unknown key"),
+    ("groups = [{min_partition = 2}]\n", {}, "needs a name"),
 ])
 def test_bad_configs_are_refused_with_a_reason(tmp_path: Path, text: str, overrides: dict, message: str) -> None:
     path = tmp_path / "rmpd.toml"
     path.write_text(text)
     with pytest.raises(ConfigError, match=message):
         load_config(path, overrides)
+
+
+def test_groups_are_names_or_tables_in_the_public_form(tmp_path: Path) -> None:
+    path = tmp_path / "rmpd.toml"
+    path.write_text("groups = ['app', {name = 'quorum', min_partition = 'majority', ttl = 2}, "
+                    "{name = 'few', min_partition = 3}]\n[timers]\njoin_retries = 2\n")
+    config = load_config(path, {})
+    assert config.groups == [Membership("app"), Membership("quorum", MIN_PARTITION_MAJORITY, 2),
+                             Membership("few", 3)]
+    assert [m.as_entry() for m in config.groups][1] == {"name": "quorum", "min_partition": "majority", "ttl": 2}
+    assert DaemonConfig().groups == []
 
 
 def test_congestion_control_is_chosen_in_timers(tmp_path: Path) -> None:

@@ -31,13 +31,13 @@ def status(ctx: typer.Context, json_out: Annotated[bool, JsonOption] = False) ->
     for source, count in (auth.get("unverified_sources") or {}).items():
         console.print(f"[yellow]{count} datagram(s) from {source} could not be verified[/yellow]")
     table = Table(title="groups")
-    for column in ("group", "view", "members", "min partition", "local clients", "persistent", "locks",
-                   "calls (SCMP)"):
+    for column in ("group", "view", "members", "local clients", "persistent", "locks", "calls (SCMP)"):
         table.add_column(column)
     for g in reply["groups"]:
-        table.add_row(g["group"], g["view"] or "(joining)", "\n".join(g["members"]), str(g.get("min_partition") or ""),
-                      str(g["clients"]), "yes" if g["persistent"] else "no", ", ".join(map(str, g["locks"])),
-                      _scmp(g.get("scmp")))
+        # The minimum partition goes under the group's name: one more column squeezes the SCMP one in 80 columns.
+        name = g["group"] + (f"\nmin partition {g['min_partition']}" if g.get("min_partition") is not None else "")
+        table.add_row(name, g["view"] or "(joining)", "\n".join(g["members"]), str(g["clients"]),
+                      "yes" if g["persistent"] else "no", ", ".join(map(str, g["locks"])), _scmp(g.get("scmp")))
     console.print(table)
     counters = Table(title="counters")
     counters.add_column("counter")

@@ -390,6 +390,12 @@ class Node:
             for wait, _owner in self._locks.answered(event) if self._locks is not None else ():
                 wait.granted = event.granted
                 wait.done.set()
+        elif isinstance(event, Left) and event.rejoining:
+            # Cut off or merged: the process joins again by itself and the group goes on in the view that follows;
+            # locks do not survive the membership that held them.
+            for wait in self._locks.ended(event.group) if self._locks is not None else ():
+                wait.error = RmpdError("left", event.reason)
+                wait.done.set()
         elif isinstance(event, Left | JoinFailed):
             if self._app is not None and self._app.ended(event):
                 return  # asked to join again while still leaving: joined again (the group waiting is the new one)

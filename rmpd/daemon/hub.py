@@ -30,6 +30,7 @@ from rmpd.protocol.events import (
     Left,
     LockResult,
     SendRefused,
+    Undelivered,
     ViewInstalled,
 )
 from rmpd.protocol.ids import view_name
@@ -472,6 +473,10 @@ class Hub:
             self._call_request(event)
         elif isinstance(event, Left | JoinFailed):
             self._gone(event)
+        elif isinstance(event, Undelivered):
+            self.stats["undelivered"] += len(event.seqs)
+            log.warning("%d message(s) of %s not delivered here (%s): seqs %s", len(event.seqs), event.group,
+                        event.reason, ", ".join(map(str, event.seqs[:20])))
         elif isinstance(event, SendRefused):
             self.stats["sends_refused"] += 1
             log.warning("send refused in %s: %s", event.group, event.reason)
@@ -545,6 +550,16 @@ class Hub:
 
     def _gone(self, event: Left | JoinFailed) -> None:
         group = event.group
+        if isinstance(event, Left) and event.rejoining:
+            # Cut off or merged: the process joins again by itself, and the clients stay in the group; the
+            # view that follows tells them where they are.  Locks do not survive the membership that held them.
+            log.warning("membership of %s ended (%s); rejoining", group, event.reason)
+            self.stats["rejoins"] += 1
+            for session, rid in self.locks.ended(group):
+                session.push(localapi.error_reply(rid, localapi.LEFT, f"left {group!r}: {event.reason}"))
+            for key in [k for k in self.lock_owner if k[0] == group]:
+                del self.lock_owner[key]
+            return
         if self.app.ended(event):
             return  # someone asked to join while the daemon was still finishing its leave: joined again
         for session, rid in self.locks.ended(group):

@@ -76,6 +76,10 @@ class EngineConfig:
     fail_retries: int = 10
     """A process that leaves this many timer expiries in a row unanswered (each followed by a retransmission but
     the last) is declared failed: 4.6 s from a 5 ms timer, the paper's "within 5 seconds" for nearby sites."""
+    alive_interval: float = 1.0
+    """Every member multicasts an Alive this often, busy or idle: a quiet ring still notices a member silent for
+    ``fail_after`` (and another view of its group that it can hear again) at one datagram per second per member.
+    0 turns Alives off: failures are then found only by unanswered retransmissions, as in the paper."""
     recovery_interval: float = 0.2
     """Reformation: interval between Recovery Start polls and New List resends."""
     recovery_patience: int = 5

@@ -24,6 +24,9 @@ class Departure:
         self.departed = False
         self.departed_at: float | None = None
         self.reason = "left"
+        self.rejoin = False
+        """The process joins the group again by itself once this membership ends (a merge, or a stop after a
+        failure this member could not repair): its ``Left`` says so."""
         self.finished = False
 
     @property
@@ -36,10 +39,12 @@ class Departure:
     def stop(self) -> None:
         """Lingering ends only by finishing."""
 
-    def depart(self, now: float, reason: str = "left") -> None:
-        """Out of the group: nothing more is ordered or delivered here; only what was held is served."""
+    def depart(self, now: float, reason: str | None = None) -> None:
+        """Out of the group: nothing more is ordered or delivered here; only what was held is served.  Without a
+        ``reason`` the one given when the leave was asked for stands."""
         self.departed = True
-        self.reason = reason
+        if reason is not None:
+            self.reason = reason
         self.departed_at = now
         self.token.depart()
         self.timers.stop(departed=True)
@@ -64,4 +69,4 @@ class Departure:
     def finish(self) -> None:
         self.finished = True
         self.token.pass_timer.stop()
-        self.outbox.event(Left(self.group, self.reason))
+        self.outbox.event(Left(self.group, self.reason, self.rejoin))

@@ -21,6 +21,7 @@ The parts, each owning its state (docs/architecture.md):
 - ``ViewChanges`` (viewchange.py): membership requests, New Lists, join admission, leaving;
 - ``Reformation`` (reformation.py): suspecting failures and reforming the view;
 - ``CallRelay`` (relay.py): non-members' calls;
+- ``Liveness`` (liveness.py): Alives, silent members, and merging with another view of the group;
 - ``Outbox`` (outbox.py): what goes out; ``TimerRegistry`` (timers.py): every timer, in firing order.
 
 This module holds what crosses parts: packet dispatch (a table by member state and packet type), what an ACK or a
@@ -38,15 +39,17 @@ from typing import Any
 from .config import EngineConfig
 from .delivery import Delivery
 from .departure import Departure
-from .events import SendRefused, ViewInstalled
+from .events import SendRefused, Undelivered, ViewInstalled
 from .ids import ProcessId, ViewCounter, ViewId
 from .limits import check_handler, check_lock, check_message_size
+from .liveness import Liveness
 from .membership import Op
 from .multirpc import ScmpSettings
 from .ordering import Held, Ordering
 from .outbox import PACKET_NAMES, GroupContext, Outbox, Outputs, Views
 from .packets import (
     Ack,
+    Alive,
     Confirm,
     Data,
     DecodeError,
@@ -150,6 +153,8 @@ class GroupEngine:
                    departed_stops=True)
         timers.add("stall", repair.stall, repair.stall_due, frozen_stops=True, departed_stops=True)
         timers.add("request", self.changes.timer, self._request_due, frozen_stops=True, departed_stops=True)
+        self.liveness = Liveness(ctx, now, suspect=self.suspect_failure, merge=self._merge)
+        timers.add("alive", self.liveness.timer, self.liveness.due, frozen_stops=True, departed_stops=True)
         self.departure = Departure(ctx, ordering, holdings, token, timers)
         timers.add("linger", self.departure, None)
         self.rotation = Rotation(ctx, ordering, holdings, token, self.sender, repair, self.changes, self.departure,
@@ -215,8 +220,8 @@ class GroupEngine:
 
     @property
     def quiet(self) -> bool:
-        """True when this process has nothing left to do until new input arrives."""
-        return self.get_timer() is None
+        """True when this member has nothing left to do but say it is alive (and listen for silence)."""
+        return self.timers.next_deadline(ignore=self.liveness.timer) is None
 
     # ------------------------------------------------------------------------------------------------------------
     # Application requests
@@ -281,15 +286,32 @@ class GroupEngine:
         check_lock(lock)
         return self.request_change(Op.UNLOCK, lock, now)
 
-    def leave(self, now: float) -> None:
+    def leave(self, now: float, reason: str = "left") -> None:
         """Leave once every message this process sent has been ordered, so nothing it accepted is lost."""
         if self.leaving:
             return
         self.changes.leaving = True
+        self.departure.reason = reason
         if self.views.current.size == 1:
             self._depart(now)
             return
         self._maybe_request_leave(now)
+
+    def _merge(self, into: ViewId, now: float) -> None:
+        """Our view merges into the larger view ``into``: leave in order (everything this member sent is ordered
+        first, and every member delivers the same messages of this view) and join that view as a new member.  No
+        join is admitted here meanwhile: joiners belong in the surviving view."""
+        if self.leaving:
+            return
+        self.changes.merging = True
+        self.departure.rejoin = True
+        self.leave(now, reason=f"merging into view {into}")
+
+    def _last_to_leave(self) -> bool:
+        """Leaving, alone in the view the application has, with nothing of ours unordered: the last member
+        cannot leave by a New List (nobody would be left to pass the token to), so it simply goes."""
+        views = self.views
+        return views.app.size == 1 and views.current.view_id == views.app.view_id and self.sender.idle
 
     def _maybe_request_leave(self, now: float) -> None:
         if self.changes.leave_wanted(self.sender.idle):
@@ -333,8 +355,13 @@ class GroupEngine:
             self.stats["own_echo"] += 1
             return
         views = self.views
-        if type(packet) is ListChangeRequest:  # addressed by group name, not view: see _on_request
+        kind = type(packet)
+        if kind is ListChangeRequest:  # addressed by group name, not view: see _on_request
             self._on_request(packet, now)
+            return
+        if kind is Alive:  # any view of the group: see Liveness.on_alive
+            if not self.leaving:
+                self.liveness.on_alive(packet, now)
             return
         reformation = self.reformation
         if reformation.participation is not None:
@@ -350,6 +377,7 @@ class GroupEngine:
         if src not in view:
             self.stats["non_member"] += 1
             return
+        self.liveness.last_heard[src] = now
         if self.ordering.beyond_horizon(packet, self.config.max_ahead):
             self.stats["beyond_horizon"] += 1
             return
@@ -373,7 +401,10 @@ class GroupEngine:
         if self.departed:
             self.stats["departed_ignored"] += 1
         elif request.group == self.group and (request.view is None or request.view in self.views.known):
-            self.changes.on_request(request, now)
+            if self.changes.on_request(request, now) and request.src == self.token.token_site:
+                # A new incarnation of the member the token was last passed to: the token is lost with the old
+                # one, so no token site will answer; remove it now instead of waiting for silence.
+                self.suspect_failure(now, "restarted")
             self._progress(now)
         else:
             self.stats["other_view"] += 1
@@ -495,6 +526,9 @@ class GroupEngine:
             # Out of the group: nothing more is delivered or ordered here, even if later slots are held (a
             # departed process delivering past the view that removed it would break virtual synchrony).
             return
+        if self.changes.leaving and self._last_to_leave():
+            self._depart(now)
+            return
         ordering, token, reformation = self.ordering, self.token, self.reformation
         q = ordering.q
         frozen = reformation.frozen
@@ -540,8 +574,13 @@ class GroupEngine:
         self.departure.depart(now)
 
     def stop(self, now: float, reason: str) -> None:
-        """Leave the group for good after a failure this process cannot repair; it may join again as new.
-        Nobody will ask a stopped member for anything: no need to linger."""
+        """Leave the group after a failure this process cannot repair; its process joins again, as new, once it
+        hears the group (``Left.rejoining``).  Own messages not yet ordered are reported (``Undelivered``): this
+        member will not see them delivered.  Nobody will ask a stopped member for anything: no need to linger."""
+        unordered = self.sender.unordered_seqs()
+        if unordered:
+            self.outbox.event(Undelivered(self.group, unordered, reason))
+        self.departure.rejoin = True
         self.departure.depart(now, reason)
         if not self.departure.finished:
             self.departure.finish()
@@ -559,6 +598,7 @@ class GroupEngine:
     def unfreeze(self, now: float) -> None:
         self.sender.unfreeze(now)
         self.changes.unfreeze(now)
+        self.liveness.resume(now)
 
     def new_list_fields(self) -> tuple[tuple[tuple[ProcessId, int], ...], int]:
         return tuple(self.changes.requests_done.items()), self.changes.join_floor

@@ -105,6 +105,20 @@ class Left:
 
     group: str
     reason: str
+    rejoining: bool = False
+    """The process joins the group again by itself, as a new member (it was cut off, or its view merged into
+    another): the application's membership goes on, in the view that follows."""
+
+
+@dataclass(frozen=True, slots=True)
+class Undelivered:
+    """Own messages this member will not see delivered: its membership stopped before they were ordered.  ``seqs``
+    are the sequence numbers ``send`` returned; the members that went on without this one may still have ordered
+    those that reached them before it was cut off (docs/protocol.md, "Nothing lost in silence")."""
+
+    group: str
+    seqs: tuple[int, ...]
+    reason: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,4 +157,5 @@ class CallAnswered:
     reason: str = ""
 
 
-Event = Delivered | ViewInstalled | SendRefused | LockResult | Left | JoinFailed | CallRequest | CallAnswered
+Event = (Delivered | ViewInstalled | SendRefused | LockResult | Left | Undelivered | JoinFailed | CallRequest
+         | CallAnswered)

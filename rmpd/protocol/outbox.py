@@ -23,6 +23,7 @@ PACKET_NAMES = {
     "ListChangeRequest": "list_change_request", "RecoveryStart": "recovery_start",
     "RecoveryVote": "recovery_vote", "RecoveryAckNewList": "recovery_ack_new_list",
     "RecoveryAbort": "recovery_abort", "NonMemberData": "non_member_data", "NonMemberAck": "non_member_ack",
+    "Alive": "alive",
 }
 
 
@@ -121,15 +122,16 @@ class Outbox(OutputLists):
     def event(self, event: Event) -> None:
         self.events.append(event)
 
-    def multicast(self, packet: Packet, now: float) -> bytes:
-        """Send to the group: one multicast, plus a unicast copy to each member that cannot receive multicast."""
+    def multicast(self, packet: Packet, now: float, *, journal: bool = True) -> bytes:
+        """Send to the group: one multicast, plus a unicast copy to each member that cannot receive multicast.
+        ``journal=False`` keeps a periodic packet that orders nothing (an Alive) out of the journal."""
         data = encode(packet)
         self.datagrams.append(Transmit(None, data, self.group))
         for member in sorted(self.views.current.unicast_only):
             if member != self.pid:
                 self.datagrams.append(Transmit(member, data, self.group))
         self.stats["sent"] += 1
-        if self.journal:
+        if self.journal and journal:
             self.record_packet("send", packet, now)
         return data
 

@@ -1,4 +1,4 @@
-"""The twelve RMP packet types (RMP paper, figure 4.1) and their wire codec.
+"""The twelve RMP packet types (RMP paper, figure 4.1), plus Alive, and their wire codec.
 
 Wire format: a 4-byte header ``b"RM"``, a version byte and a packet-type byte, then one msgpack array holding the
 packet's fields in declaration order.  Every packet names the membership view it belongs to (packets that can be
@@ -49,6 +49,7 @@ class PacketType(IntEnum):
     RECOVERY_ABORT = 10
     NON_MEMBER_DATA = 11
     NON_MEMBER_ACK = 12
+    ALIVE = 13
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -487,6 +488,20 @@ class RecoveryAbort(Packet):
 
 
 @dataclass(frozen=True, slots=True)
+class Alive(Packet):
+    """A member's sign of life, multicast once per ``alive_interval`` (not one of the paper's types).
+
+    Members of its view learn that ``src`` lives while the ring is quiet; a member of another view of ``group``
+    learns from ``members`` that the two views are disjoint and must merge (docs/protocol.md, "Healing")."""
+
+    view: ViewId
+    src: ProcessId
+    group: str
+    members: tuple[ProcessId, ...]
+    TYPE: ClassVar[PacketType] = PacketType.ALIVE
+    KINDS: ClassVar[tuple[str, ...]] = ("view", "pid", "str", "pids")
+
+@dataclass(frozen=True, slots=True)
 class NonMemberData(Packet):
     """A call (or plain message) from a process outside the group, addressed by group name and, once the sender
     has cached one from an answer, the view ID (multi-RPC, section 4.5).
@@ -554,7 +569,7 @@ PACKET_CLASSES: dict[PacketType, type[Packet]] = {
     cls.TYPE: cls
     for cls in (
         Data, Ack, Confirm, Nack, NewList, ListChangeRequest, RecoveryStart, RecoveryVote,
-        RecoveryAckNewList, RecoveryAbort, NonMemberData, NonMemberAck,
+        RecoveryAckNewList, RecoveryAbort, NonMemberData, NonMemberAck, Alive,
     )
 }
 

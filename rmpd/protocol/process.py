@@ -9,6 +9,10 @@ Joining (paper 4.3): the process multicasts a List Change Request to the group's
 List admits it.  After ``join_retries`` unanswered requests it forms a group of its own, unless the join asked for an
 existing group only, in which case the join fails.  A request the group's SCMP filter refuses is answered: the
 process asks again under a new request ID and counts its tries from zero, since the group exists.
+
+A membership that ends without the application asking (the view merged into another, or this member was cut off
+and stopped) leaves a wish to rejoin: the process joins the group again, as a new member, when it next hears an
+Alive of it, backing off between attempts that go unanswered (docs/protocol.md, "Healing").
 """
 
 from __future__ import annotations
@@ -21,12 +25,13 @@ from typing import Any
 from .calls import Caller
 from .config import EngineConfig
 from .engine import Backoff, GroupEngine, Rng
-from .events import Event, JoinFailed, SendRefused, Transmit
+from .events import Event, JoinFailed, Left, SendRefused, Transmit
 from .ids import ProcessId, RequestIds, ViewCounter
 from .limits import check_call
 from .multirpc import ScmpSettings, start_upper
 from .outbox import OutputLists, Outputs
 from .packets import (
+    Alive,
     CallStatus,
     DecodeError,
     ListChangeRequest,
@@ -50,6 +55,30 @@ class JoinAttempt:
     tries: int = 0
     ids: set[int] = field(default_factory=set)
     """Every request ID this attempt used: a New List answering any of them admits the process."""
+    rejoin: bool = False
+    """Made by the process for a membership that ended by itself: unanswered, it waits for the group again."""
+
+
+@dataclass
+class RejoinWish:
+    """A group this process was in until its membership ended without the application asking."""
+
+    min_partition: int
+    ttl: int
+    last_view: tuple[ProcessId, ...]
+    """The members of the view this process was last in."""
+    needed: int
+    """How many of them a new founding needs (the group's minimum partition of that view)."""
+    not_before: float = 0.0
+    """No attempt before this (doubling after each unanswered one, up to ``REJOIN_BACKOFF_MAX``)."""
+    backoff: float = 1.0
+    group_heard: bool = False
+    """An Alive of the group was heard since the wish began: the group exists somewhere."""
+    wishers: dict[ProcessId, float] = field(default_factory=dict)
+    """Members of ``last_view`` heard asking to join meanwhile, and when: they are in no view of the group either."""
+
+
+REJOIN_BACKOFF_MAX = 30.0
 
 
 class NotMember(Exception):
@@ -91,6 +120,9 @@ class RmpProcess:
         """Per group, the last (reliable, unreliable) sequence numbers used by an earlier membership: a rejoin goes
         on from there, so old and new messages never share an identity."""
         self.joining: dict[str, JoinAttempt] = {}
+        self.rejoin_wishes: dict[str, RejoinWish] = {}
+        self._join_settings: dict[str, tuple[int, int]] = {}
+        """Per group, the (min_partition, ttl) its join asked for: a rejoin asks for the same."""
         self.stats: Counter[str] = Counter()
         self._out = OutputLists()
 
@@ -102,6 +134,8 @@ class RmpProcess:
         """Start joining ``group``; a ViewInstalled event (or JoinFailed) follows."""
         if group in self.engines or group in self.joining:
             return
+        self.rejoin_wishes.pop(group, None)
+        self._join_settings[group] = (min_partition, ttl)
         last_seq = self._last_seqs.get(group, (self._seq_base, self._seq_base))[0]
         request_id = self._request_ids.stamped(self.wall_ms(now))
         request = ListChangeRequest(group, None, self.pid, request_id, "join", last_seq,
@@ -127,8 +161,14 @@ class RmpProcess:
 
     def leave(self, group: str, now: float) -> None:
         if group in self.joining:
-            del self.joining[group]
-            self._out.events.append(JoinFailed(group, "join cancelled by leave"))
+            attempt = self.joining.pop(group)
+            self.rejoin_wishes.pop(group, None)
+            self._out.events.append(Left(group, "left") if attempt.rejoin
+                                    else JoinFailed(group, "join cancelled by leave"))
+            return
+        if group in self.rejoin_wishes and group not in self.engines:
+            del self.rejoin_wishes[group]
+            self._out.events.append(Left(group, "left"))
             return
         self._engine(group).leave(now)
         self._collect(now)
@@ -215,8 +255,8 @@ class RmpProcess:
     # Inspection: what callers may know of the groups, without reading engine state
 
     def groups(self) -> list[str]:
-        """Groups this process is in (departed ones until they finish) or is joining, sorted."""
-        return sorted(set(self.engines) | set(self.joining))
+        """Groups this process is in (departed ones until they finish), is joining or will rejoin, sorted."""
+        return sorted(set(self.engines) | set(self.joining) | set(self.rejoin_wishes))
 
     def status(self, group: str) -> GroupStatus | None:
         """A snapshot of ``group`` here, or None when this process holds no membership of it."""
@@ -239,6 +279,13 @@ class RmpProcess:
         for engine in self.engines.values():
             total.update(engine.stats)
         return total
+
+    def quiet(self) -> bool:
+        """Nothing to do until new input but say this process is alive: no join or rejoin under way, no call
+        waiting, and every group quiet (``GroupEngine.quiet``)."""
+        if self.joining or self.rejoin_wishes or self.caller.get_timer() is not None:
+            return False
+        return all(engine.quiet for engine in self.engines.values())
 
     def settled(self) -> bool:
         """Nothing left to do for others: no join under way, and every group left or departed from a view of one.
@@ -286,15 +333,37 @@ class RmpProcess:
         else:
             self._by_view(nl, now)
 
-    def _by_group(self, packet: ListChangeRequest | NonMemberData, now: float) -> None:
-        """Join requests and non-members' packets name their group, not a view."""
+    def _by_group(self, packet: ListChangeRequest | NonMemberData | Alive, now: float) -> None:
+        """Join requests, Alives and non-members' packets go by their group, whatever view they name."""
         engine = self.engines.get(packet.group)
         if engine is None:
+            wish = self.rejoin_wishes.get(packet.group)
+            if type(packet) is Alive:
+                self._heard_group(packet.group, now)
+            elif wish is not None and type(packet) is ListChangeRequest and packet.src in wish.last_view:
+                wish.wishers[packet.src] = now
             self.stats["other_group"] += 1
         elif isinstance(packet, NonMemberData):
             engine.non_member_data(packet, now)
         else:
             engine.receive_packet(packet, now)
+
+    def _heard_group(self, group: str, now: float) -> None:
+        """An Alive of a group this process wishes to rejoin: ask to join it, now that it can be heard."""
+        wish = self.rejoin_wishes.get(group)
+        if wish is not None:
+            wish.group_heard = True
+        if wish is None or group in self.joining or now < wish.not_before:
+            return
+        self._ask_to_rejoin(group, wish, now)
+
+    def _ask_to_rejoin(self, group: str, wish: RejoinWish, now: float) -> None:
+        wish.not_before = now + wish.backoff
+        wish.backoff = min(wish.backoff * 2, REJOIN_BACKOFF_MAX)
+        self.stats["rejoins"] += 1
+        self.join(group, now, min_partition=wish.min_partition, ttl=wish.ttl, existing_only=True)
+        self.rejoin_wishes[group] = wish  # kept until a view is installed (join() dropped it)
+        self.joining[group].rejoin = True
 
     def _by_view(self, packet: Packet, now: float) -> None:
         view = packet.view
@@ -309,15 +378,41 @@ class RmpProcess:
 
     _ROUTES: dict[type, Callable[[RmpProcess, Any, float], None]] = {
         NonMemberAck: _on_non_member_ack, NewList: _on_new_list, ListChangeRequest: _by_group,
-        NonMemberData: _by_group,
+        NonMemberData: _by_group, Alive: _by_group,
     }
     """Packets the process handles by type; everything else goes to the group whose view it names."""
+
+    def _unanswered_rejoin(self, group: str, now: float) -> None:
+        """Nobody answered a rejoin.  If no Alive of the group was heard either, and enough members of the last
+        view are asking too (as many as its minimum partition needs, this process included), the group has no
+        view left anywhere: the lowest of them founds it again and the others join.  Otherwise the wish waits, and
+        probes again after its back-off."""
+        wish = self.rejoin_wishes.get(group)
+        if wish is None:
+            return
+        recent = now - 4 * self.config.rto_max * self.config.join_retries
+        wishers = {pid for pid, at in wish.wishers.items() if at >= recent} | {self.pid}
+        if not wish.group_heard and len(wishers) >= wish.needed and min(wishers) == self.pid:
+            del self.rejoin_wishes[group]
+            self.stats["refounded"] += 1
+            self.create(group, now, min_partition=wish.min_partition)
+        wish.group_heard = False
+
+    def _rejoin_probes(self, now: float) -> None:
+        """A wish that has heard nothing of its group asks to join now and then anyway, so that members left with
+        no view at all hear one another (``_unanswered_rejoin``)."""
+        for group, wish in list(self.rejoin_wishes.items()):
+            if group not in self.joining and group not in self.engines and now >= wish.not_before:
+                self._ask_to_rejoin(group, wish, now)
 
     def handle_timer(self, now: float) -> None:
         for group, attempt in list(self.joining.items()):
             if attempt.timer.expired(now):
                 if attempt.tries >= self.config.join_retries:
                     del self.joining[group]
+                    if attempt.rejoin:
+                        self._unanswered_rejoin(group, now)
+                        continue
                     if attempt.existing_only:
                         self._out.events.append(JoinFailed(group, f"no member of {group!r} answered "
                                                               f"{attempt.tries} join requests"))
@@ -325,6 +420,7 @@ class RmpProcess:
                         self.create(group, now, min_partition=attempt.request.min_partition)
                 else:
                     self._send_join(attempt, now)
+        self._rejoin_probes(now)
         refresh = self._latest_refresh_at()
         if refresh is not None and now >= refresh:
             self._persist_wanted = self.wall_ms(now) + self.scmp.persist_ahead_ms
@@ -337,6 +433,8 @@ class RmpProcess:
 
     def get_timer(self) -> float | None:
         deadlines = [a.timer.deadline for a in self.joining.values() if a.timer.deadline is not None]
+        deadlines += [w.not_before for g, w in self.rejoin_wishes.items() if g not in self.joining
+                      and g not in self.engines]
         deadlines += [d for d in (e.get_timer() for e in self.engines.values()) if d is not None]
         deadlines += [d for d in (self.caller.get_timer(), self._latest_refresh_at()) if d is not None]
         return min(deadlines) if deadlines else None
@@ -400,6 +498,7 @@ class RmpProcess:
         if self.pid not in (m for m, _ in nl.members):
             return
         del self.joining[nl.group]
+        self.rejoin_wishes.pop(nl.group, None)
         view = View(nl.new_view, tuple(m for m, _ in nl.members),
                     frozenset(m for m, capable in nl.members if not capable), nl.locks, nl.min_partition)
         self._install(nl.group, view, now, joined_by=nl)
@@ -439,10 +538,15 @@ class RmpProcess:
                 self._out.records.extend(outbox.records)
                 outbox.records = []
             if engine.departure.finished:  # set whenever the engine says Left, in the same step
+                if engine.departure.rejoin:
+                    min_partition, ttl = self._join_settings.get(group, (engine.views.current.min_partition, 1))
+                    last = engine.views.current
+                    self.rejoin_wishes[group] = RejoinWish(min_partition, ttl, last.members,
+                                                           engine.reformation.minimum_partition(),
+                                                           not_before=now)
                 self._last_seqs[group] = (engine.sender.next_seq - 1, engine.sender.next_unreliable_seq - 1)
                 self.stats.update(engine.stats)  # counters never go back when a group is left
                 del self.engines[group]
-        del now
 
 
 __all__ = ["NotMember", "RmpProcess", "SendRefused"]

@@ -373,8 +373,12 @@ class Reformation:
         return True
 
     def _on_abort(self, abort: RecoveryAbort, now: float) -> None:
+        """An initiator gave its reformation up, or (``SUPERSEDED``) a member refused ours.  The second kind is no
+        news about the refusing member's own reformation, even under the same version number: a member taking
+        part in it must not drop out on it."""
         part = self.participation
-        if part is not None and abort.src == part.initiator and abort.version == part.version:
+        if (part is not None and abort.src == part.initiator and abort.version == part.version
+                and abort.reason != SUPERSEDED):
             self.participation = None
             self._schedule_restart(now)
         init = self.initiation

@@ -45,6 +45,11 @@ class Sender:
         self.first_sent: dict[int, float] = {}
         """When each outstanding packet of ours was sent, for packets not retransmitted (Karn's rule)."""
 
+    def unordered_seqs(self) -> tuple[int, ...]:
+        """Sequence numbers of own messages accepted and not yet ordered (sent or still queued), each once."""
+        seqs = {packet.seq for packet in self.outstanding.values()} | {queued.seq for queued in self.send_queue}
+        return tuple(sorted(seqs))
+
     @property
     def idle(self) -> bool:
         """Nothing queued or in flight."""

@@ -110,11 +110,12 @@ class TimerRegistry:
             departed_stops: bool = False) -> None:
         self.entries.append(Entry(name, timer, fire, frozen_stops, departed_stops))
 
-    def next_deadline(self) -> float | None:
+    def next_deadline(self, ignore: Timer | None = None) -> float | None:
+        """The soonest deadline, leaving ``ignore`` out (a timer that is always armed)."""
         soonest: float | None = None
         for entry in self.entries:  # a plain loop: asked for after every input
             d = entry.timer.deadline
-            if d is not None and (soonest is None or d < soonest):
+            if d is not None and (soonest is None or d < soonest) and entry.timer is not ignore:
                 soonest = d
         return soonest
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterator
+from dataclasses import replace
 
 from .events import LockResult
 from .ids import ProcessId, ViewCounter
@@ -47,6 +48,8 @@ class ViewChanges:
         """Shared with the process: request IDs only grow, across joins and groups."""
         self.timer = Backoff(config.request_interval, config.rto_max)
         self.leaving = False
+        self.merging = False
+        """This member's view merges into another (``Liveness``): joiners are left to that view."""
         self.join_floor = max(join_floor, joined_by.join_floor if joined_by is not None else 0)
         """SCMP ``upper`` for join requests: ``requests_done`` is their connection table (docs/protocol.md)."""
         if joined_by is not None:
@@ -55,19 +58,23 @@ class ViewChanges:
     # ------------------------------------------------------------------------------------------------------------
     # At the token site
 
-    def on_request(self, request: ListChangeRequest, now: float) -> None:
+    def on_request(self, request: ListChangeRequest, now: float) -> bool:
+        """Keep a request for when this member holds the token.  True for a join from a member of the view: a new
+        incarnation of that process (a process ID is never reused by a live membership, so its old membership
+        ended; docs/protocol.md, "Incarnations")."""
         view = self.views.current
         if request.request_id <= self.requests_done.get(request.src, 0):
             self.stats["requests_repeated"] += 1
             self._answer_repeated(request, now)
-            return
-        if request.op == Op.JOIN and request.src in view:
-            self.stats["requests_repeated"] += 1
-            return
+            return False
+        if request.op == Op.JOIN and self.merging:
+            self.stats["joins_left_to_merge"] += 1
+            return False
         if request.op != Op.JOIN and request.src not in view:
             self.stats["non_member"] += 1
-            return
+            return False
         self.pending.setdefault((request.src, request.request_id), request)
+        return request.op == Op.JOIN and request.src in view
 
     def _answer_repeated(self, request: ListChangeRequest, now: float) -> None:
         """A joiner that missed its New List asks again: the New List's sender unicasts it once more."""
@@ -90,10 +97,15 @@ class ViewChanges:
                 del self.pending[key]
                 continue
             self._collect_requests_done(now)
-            if request.op == Op.JOIN and request.src not in view and not self.join_admissible(request, now):
+            if request.op == Op.JOIN and not self.join_admissible(request, now):
                 del self.pending[key]
                 continue
-            change = self.apply_change(view, request, self.pid)
+            replaces = request.op == Op.JOIN and request.src in view
+            if replaces:  # a new incarnation: remove the old one first; the join is answered at a later pass
+                self.stats["incarnations_replaced"] += 1
+                change = self.apply_change(view, replace(request, op=Op.LEAVE), self.pid)
+            else:
+                change = self.apply_change(view, request, self.pid)
             view_id = view.view_id
             if change.changed:
                 fresh = self.view_counter.next_view_id(now)
@@ -112,7 +124,8 @@ class ViewChanges:
                 next_site = next(old[(i + k) % len(old)] for k in range(1, len(old)) if old[(i + k) % len(old)]
                                  in members)
             done = dict(self.requests_done)
-            done[request.src] = request.request_id
+            if not replaces:
+                done[request.src] = request.request_id
             seqs = dict(self.ordering.ordered_upto)
             if admits:
                 seqs[request.src] = request.arg or 0  # a (re)joiner's messages start after this
@@ -120,7 +133,8 @@ class ViewChanges:
                 view.view_id, self.pid, self.ordering.q.high + 1, next_site, self.group, view_id,
                 tuple((m, m not in change.unicast_only) for m in members),
                 tuple(seqs.items()), tuple(done.items()), change.locks, change.min_partition,
-                request.src, request.request_id, change.granted, None, self.join_floor,
+                None if replaces else request.src, None if replaces else request.request_id, change.granted, None,
+                self.join_floor,
             )
         return None
 

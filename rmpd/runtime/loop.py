@@ -334,8 +334,8 @@ class ProcessLoop:
             self.journal.flush()
         events = out.events
         for event in events:
-            if isinstance(event, ENDED):
-                self._unlisten(event.group)
+            if isinstance(event, ENDED) and not (isinstance(event, Left) and event.rejoining):
+                self._unlisten(event.group)  # a process that rejoins by itself listens for its group meanwhile
         if out.persist is not None:
             self._persist(out.persist)
         deadline = out.deadline

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import heapq
 import random
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -51,6 +52,10 @@ class EventQueue:
 
     def __len__(self) -> int:
         return len(self._heap)
+
+    def kinds(self) -> Iterator[str]:
+        """The kinds of the events still to come, in no particular order."""
+        return (kind for _, _, kind, _ in self._heap)
 
 
 class SimNetwork:

@@ -22,7 +22,7 @@ from typing import Any
 from ..journal import JournalWriter
 from ..protocol.config import EngineConfig
 from ..protocol.engine import GroupEngine
-from ..protocol.events import CallAnswered, CallRequest, Delivered, Left
+from ..protocol.events import CallAnswered, CallRequest, Delivered, Left, ViewInstalled
 from ..protocol.ids import ViewId
 from ..protocol.limits import MessageTooLarge
 from ..protocol.process import NotMember, RmpProcess
@@ -39,6 +39,8 @@ MIXED = tuple(QoS.parse(name) for name in QOS_CHOICES[:-1])
 SIM_EPOCH = 1_700_000_000.0
 """Wall-clock time journaled for virtual time 0."""
 GROUP = "sim"
+SETTLE_INTERVAL = 1.0
+"""Virtual seconds between checks whether a run has nothing left to do (Alives go on for ever)."""
 
 
 @dataclass(frozen=True)
@@ -123,6 +125,10 @@ class SeedResult:
     sim_time: float
     datagrams: int
     views_installed: int = 0
+    one_view: bool = True
+    """At the end every live process is a member of one and the same view, which holds all of them."""
+    convergence_seconds: float = 0.0
+    """From the last fault (a restart, a join, a heal) to the last view installed anywhere."""
     reformations: int = 0
     detection_seconds: float = 0.0
     detections: list[float] = field(default_factory=list)
@@ -211,8 +217,9 @@ class Simulation:
         # With faults the group asks for a majority partition: only then do majority and safe messages keep one
         # order when a member is cut off (an excluded member could otherwise go on alone).
         self.min_partition = MIN_PARTITION_MAJORITY if config.membership_faults else 1
-        self.rejoin_pending: set[int] = set()
         self.victims: list[int] = []
+        self.last_fault_at = 0.0
+        self.last_view_at = 0.0
         self.departures: list[tuple[float, str, str]] = []
 
     # --------------------------------------------------------------------------------------------------------------
@@ -270,6 +277,7 @@ class Simulation:
         self._schedule_faults()
         self._schedule_calls()
         queue = self.queue
+        queue.push(self.faults_until + SETTLE_INTERVAL, "settle", None)
         timed_out = False
         same_time, last_time = 0, -1.0
         while len(queue):
@@ -303,18 +311,31 @@ class Simulation:
                 self._app_send(payload)
             elif kind == "call":
                 self._call(payload)
+            elif kind == "settle":
+                if self._settled():
+                    break
+                queue.push(queue.now + SETTLE_INTERVAL, "settle", None)
             else:
                 self._fault(kind, payload)
         self.checker.finish()
-        quiescent = not len(queue) and not timed_out
+        quiescent = not timed_out
         if self.writer is not None:
             self.writer.close()
         return self._result(quiescent)
 
     # --------------------------------------------------------------------------------------------------------------
 
+    def _settled(self) -> bool:
+        """Nothing left to happen but Alives: no datagram in flight, no work or fault to come, and every live
+        process with nothing to do (``RmpProcess.quiet``)."""
+        if self.network.in_flight or any(kind not in ("timer", "settle") for kind in self.queue.kinds()):
+            return False
+        return all(p.quiet() for p in self.procs if p is not None)
+
     def _fault(self, kind: str, i: Any) -> None:
         now = self.queue.now
+        if kind in ("restart", "join", "heal"):
+            self.last_fault_at = now
         if kind == "crash" and self.procs[i] is not None:
             self.procs[i] = None
             self.timer_version[i] += 1
@@ -351,9 +372,6 @@ class Simulation:
         elif kind == "heal":
             self.side = [0] * len(self.side)
             self.partitioned = False
-            for j in sorted(self.rejoin_pending):
-                self._rejoin(j)
-            self.rejoin_pending.clear()
         elif kind == "lock" and self.procs[i] is not None:
             proc = self.procs[i]
             view = proc.view(GROUP)
@@ -413,12 +431,6 @@ class Simulation:
                         self.checker.fail("call-reply", f"call {event.call_id} got reply {event.reply!r}")
                 else:
                     self.calls_failed[event.error] += 1
-
-    def _rejoin(self, i: int) -> None:
-        proc = self.procs[i]
-        if proc is not None and proc.view(GROUP) is None and not self._joining(proc):
-            proc.join(GROUP, self.queue.now, min_partition=self.min_partition)
-            self._drain(i)
 
     def _app_send(self, i: int) -> None:
         cfg = self.config
@@ -488,11 +500,8 @@ class Simulation:
                 self.checker.forget_views(node)  # whatever this process joins next is a new membership
                 self.crashes.no_longer_fellow(node)
                 self.departures.append((self.queue.now, node, event.reason))
-            if isinstance(event, Left) and event.reason != "left":
-                # A minority partition stopped: come back as a new member once the partition heals.
-                self.rejoin_pending.add(i)
-                if not self.partitioned:
-                    self.queue.push(self.queue.now + 0.5, "heal", None)
+            elif isinstance(event, ViewInstalled):
+                self.last_view_at = self.queue.now
         status = proc.status(GROUP)
         if status is not None and status.ack_slots > self.max_ack_slots:
             self.max_ack_slots = status.ack_slots
@@ -538,6 +547,8 @@ class Simulation:
             sim_time=round(self.queue.now, 6),
             datagrams=self.network.sent,
             views_installed=len(self.views),
+            one_view=self._one_view(),
+            convergence_seconds=round(max(self.last_view_at - self.last_fault_at, 0.0), 3),
             reformations=len(self.recoveries),
             detection_seconds=round(max(self.crashes.detections, default=0.0), 3),
             detections=[round(d, 3) for d in self.crashes.detections],
@@ -548,6 +559,18 @@ class Simulation:
             calls_replied=self.calls_replied,
             calls_failed=dict(self.calls_failed),
         )
+
+    def _one_view(self) -> bool:
+        """Every live process is a member of the same view, and that view is exactly the live processes."""
+        live = {p.pid: p.view(GROUP) for p in self.procs if p is not None and p.pid != self._caller_pid()}
+        views = {v.view_id if v is not None else None for v in live.values()}
+        if len(views) != 1 or None in views:
+            return False
+        view = next(v for v in live.values() if v is not None)
+        return set(view.members) == set(live)
+
+    def _caller_pid(self) -> str | None:
+        return self.pids[self.caller] if self.caller is not None else None
 
     def _liveness(self) -> tuple[int, int]:
         """Deliveries owed and made among the members of the surviving view (the view most live processes hold).

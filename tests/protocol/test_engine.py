@@ -8,7 +8,7 @@ from rmpd.protocol.config import EngineConfig
 from rmpd.protocol.events import messages_of
 from rmpd.protocol.ids import ViewId
 from rmpd.protocol.orderingq import SlotKind, SlotState
-from rmpd.protocol.packets import Ack, Confirm, Data, ListChangeRequest, Nack, RecoveryVote, encode
+from rmpd.protocol.packets import Ack, Alive, Confirm, Data, ListChangeRequest, Nack, RecoveryVote, encode
 from rmpd.protocol.qos import QoS
 from rmpd.protocol.token import TokenState
 
@@ -147,7 +147,7 @@ def test_nack_names_the_last_ack_sender_again_then_anyone() -> None:
 
 
 def test_ack_is_resent_with_backoff_until_confirmed() -> None:
-    ring = Ring(3, EngineConfig(journal=True, rto_initial=0.2, fail_retries=50))
+    ring = Ring(3, EngineConfig(journal=True, rto_initial=0.2, fail_retries=50, fail_after=60.0))
     a = ring.pids[0]
     ring.drop = lambda src, dst, p: dst == a and not isinstance(p, Data)
     ring.send(1, b"x")
@@ -173,12 +173,15 @@ def test_quiet_ring_passes_the_token_once_round_and_stops() -> None:
     null_acks = [p for _, _, p in ring.log if isinstance(p, Ack) and not p.ids]
     assert len({p.ts for p in null_acks}) == 3, "after the last ordered packet, N-1 NULL ACKs bring it home"
     assert [p.quiet for p in sorted({p.ts: p for p in null_acks}.values(), key=lambda p: p.ts)] == [1, 2, 3]
-    assert all(e.quiet for e in ring.engines.values()), "nothing left to do: the ring is silent"
+    assert all(e.quiet for e in ring.engines.values()), "nothing left to do: the ring is silent but for Alives"
     holders = [e for e in ring.engines.values() if e.token.have_token]
     assert len(holders) == 1
     before = len(ring.log)
     ring.advance(10.0)
-    assert len(ring.log) == before
+    later = [p for _, _, p in ring.log[before:]]
+    assert later and all(isinstance(p, Alive) for p in later)
+    alives = {(p.src, round(t)) for (_, _, p), t in zip(ring.log[before:], ring.log_times[before:], strict=True)}
+    assert len(alives) <= 4 * 11, "at most one Alive per second per member"
 
 
 def test_orderingq_stays_bounded_and_frees_stable_slots() -> None:
@@ -344,7 +347,7 @@ def test_a_lost_token_is_noticed_by_a_member_whose_packet_waits_to_be_ordered() 
     """The token rests at A; A and the next site B crash together, so nobody holds it.  C sends: its packet waits
     for an ACK that never comes.  Data timers from a loaded ring's ordering time are long (here at least 0.2 s:
     15 s to suspect); hearing no ACK at all, C takes the stall path and suspects a failure after 7.5 s."""
-    ring = Ring(4, EngineConfig(journal=True, rto_initial=0.2))
+    ring = Ring(4, EngineConfig(journal=True, rto_initial=0.2, alive_interval=0))  # the paper's detection only
     ring.send(0, b"a")
     ring.flush()
     ring.advance(3.0)
@@ -400,7 +403,7 @@ def test_a_tail_nack_goes_round_the_ring_a_hole_nack_stays_with_the_ack_sender()
 
 
 def test_data_timer_resends_the_oldest_packet_first_then_twice_as_many_per_expiry() -> None:
-    ring = Ring(3, EngineConfig(journal=True, rto_initial=0.2, fail_retries=50))
+    ring = Ring(3, EngineConfig(journal=True, rto_initial=0.2, fail_retries=50, fail_after=60.0))
     b = ring.pids[1]
     ring.drop = lambda src, dst, p: src == b and isinstance(p, Data)
     for i in range(10):

@@ -70,8 +70,8 @@ def packet_strategy(cls: type[Packet]) -> st.SearchStrategy[Packet]:
 any_packet = st.one_of([packet_strategy(cls) for cls in PACKET_CLASSES.values()])
 
 
-def test_all_twelve_packet_types_exist() -> None:
-    assert len(PACKET_CLASSES) == 12
+def test_the_twelve_packet_types_of_the_paper_and_alive_exist() -> None:
+    assert len(PACKET_CLASSES) == 13
 
 
 @given(any_packet)

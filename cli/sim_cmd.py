@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import statistics
 import time
@@ -87,11 +88,16 @@ def sim(
             failures.append({"seed": r.seed, "invariant": "call-liveness",
                              "detail": f"{r.calls_replied} of {r.calls} calls replied ({r.calls_failed})",
                              "replay": config.replay_command(r.seed)})
+        if r.quiescent and not r.one_view:
+            failures.append({"seed": r.seed, "invariant": "one-view",
+                             "detail": "the live processes did not end in one view of all of them",
+                             "replay": config.replay_command(r.seed)})
         if not r.quiescent:
             failures.append({"seed": r.seed, "invariant": "quiescence",
                              "detail": f"ring still busy after {config.max_time} simulated seconds",
                              "replay": config.replay_command(r.seed)})
     detections = [d for r in results for d in r.detections]
+    convergence = sorted(r.convergence_seconds for r in results)
     summary = {
         "seeds": len(results),
         "violations": sum(r.violation_count for r in results),
@@ -100,6 +106,9 @@ def sim(
         "quiescent": all(r.quiescent for r in results),
         "quiescent_seeds": sum(r.quiescent for r in results),
         "liveness": all(r.liveness for r in results),
+        "one_view_seeds": sum(r.one_view for r in results),
+        "convergence_p50_seconds": _percentile(convergence, 0.50),
+        "convergence_p99_seconds": _percentile(convergence, 0.99),
         "views_installed": sum(r.views_installed for r in results),
         "reformations": sum(r.reformations for r in results),
         "detection_seconds": max((r.detection_seconds for r in results), default=0.0),
@@ -119,6 +128,13 @@ def sim(
         typer.echo(json.dumps(summary))
     if failures:
         raise typer.Exit(1)
+
+
+def _percentile(values: list[float], q: float) -> float:
+    """The ``q`` quantile of sorted ``values`` (nearest rank), 0 for none."""
+    if not values:
+        return 0.0
+    return round(values[min(len(values) - 1, max(0, math.ceil(q * len(values)) - 1))], 3)
 
 
 def _run_all(config: SimConfig, seeds: list[int], journal: Path | None, workers: int,
@@ -147,6 +163,8 @@ def _print_summary(console: Console, config: SimConfig, summary: dict) -> None:
     table.add_column("violations", justify="right")
     table.add_column("delivered / expected", justify="right")
     table.add_column("quiescent", justify="right")
+    table.add_column("one view", justify="right")
+    table.add_column("converged p50 / p99 s", justify="right")
     table.add_column("datagrams", justify="right")
     table.add_column("max OrderingQ ACKs", justify="right")
     table.add_column("wall s", justify="right")
@@ -156,6 +174,8 @@ def _print_summary(console: Console, config: SimConfig, summary: dict) -> None:
         f"[{'green' if ok else 'red'}]{summary['violations']}[/]",
         f"{summary['delivered']} / {summary['expected']}",
         f"{summary['quiescent_seeds']} / {summary['seeds']}",
+        f"{summary['one_view_seeds']} / {summary['seeds']}",
+        f"{summary['convergence_p50_seconds']} / {summary['convergence_p99_seconds']}",
         str(summary["datagrams"]),
         str(summary["max_ack_slots"]),
         f"{summary['elapsed_seconds']:.1f}",

@@ -117,5 +117,5 @@ class Liveness:
                                                                                          alive.view):
             self.merge_target = alive.view
             self.stats["merges"] += 1
-            self.outbox.record("merge", now, into=str(alive.view), size=len(alive.members))
+            self.outbox.record("recovery", now, role="merge", new_view=str(alive.view), members=list(alive.members))
             self.merge(alive.view, now)

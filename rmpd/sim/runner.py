@@ -561,16 +561,14 @@ class Simulation:
         )
 
     def _one_view(self) -> bool:
-        """Every live process is a member of the same view, and that view is exactly the live processes."""
-        live = {p.pid: p.view(GROUP) for p in self.procs if p is not None and p.pid != self._caller_pid()}
+        """Every live process that wants the group (not the caller, not one that left) is a member of the same
+        view, and that view is exactly those processes."""
+        live = {p.pid: p.view(GROUP) for p in self.procs if p is not None and GROUP in p.groups()}
         views = {v.view_id if v is not None else None for v in live.values()}
         if len(views) != 1 or None in views:
             return False
         view = next(v for v in live.values() if v is not None)
         return set(view.members) == set(live)
-
-    def _caller_pid(self) -> str | None:
-        return self.pids[self.caller] if self.caller is not None else None
 
     def _liveness(self) -> tuple[int, int]:
         """Deliveries owed and made among the members of the surviving view (the view most live processes hold).

@@ -47,6 +47,10 @@ def sim(
     reorder: Annotated[float, typer.Option(callback=_probability, help="Per-link probability of extra delay.")] = 0.0,
     qos: Annotated[str, typer.Option(callback=_qos, help=f"One of {', '.join(QOS_CHOICES)}.")] = "total",
     crash: Annotated[int, typer.Option(min=0, help="Members that crash (and restart as new members).")] = 0,
+    restarts: Annotated[int, typer.Option(min=0, help=(
+        "Members that crash and start again on the same process ID (a new incarnation)."))] = 0,
+    simultaneous: Annotated[bool, typer.Option("--simultaneous", help=(
+        "The first members found the group by joining at the same moment."))] = False,
     partition: Annotated[bool, typer.Option("--partition", help="Partition the group once, then heal it.")] = False,
     joins: Annotated[int, typer.Option(min=0, help="Processes that join during the run.")] = 0,
     leaves: Annotated[int, typer.Option(min=0, help="Members that leave during the run.")] = 0,
@@ -69,7 +73,7 @@ def sim(
         raise typer.BadParameter("--leaves must leave at least one member", param_hint="--leaves")
     config = SimConfig(members=members, senders=senders, messages=messages, size=size, loss=loss, dup=dup,
                        reorder=reorder, qos=qos, crash=crash, partition=partition, joins=joins, leaves=leaves,
-                       locks=locks, calls=calls, call_dup=call_dup)
+                       locks=locks, calls=calls, call_dup=call_dup, restarts=restarts, simultaneous=simultaneous)
     seed_list = [seed] if seed is not None else list(range(1, seeds + 1))
     started = time.monotonic()
     results = _run_all(config, seed_list, journal, workers or os.cpu_count() or 1, err)

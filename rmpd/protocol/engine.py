@@ -45,7 +45,7 @@ from .limits import check_handler, check_lock, check_message_size
 from .liveness import Liveness
 from .membership import Op
 from .multirpc import ScmpSettings
-from .ordering import Held, Ordering
+from .ordering import DeliveredBefore, Held, Ordering
 from .outbox import PACKET_NAMES, GroupContext, Outbox, Outputs, Views
 from .packets import (
     Ack,
@@ -107,13 +107,17 @@ class GroupEngine:
         first_unreliable_seq: int = 1,
         scmp: ScmpSettings | None = None,
         join_floor: int = 0,
+        delivered_before: DeliveredBefore | None = None,
     ) -> None:
         """Start in ``view``: either as a founding member of a view created out of band (the first member holds
         the token), or, with ``joined_by``, as a joiner admitted by that New List (which names it the next token
         site and carries the per-source sequence numbers it starts from).
 
         ``join_floor``: this member's own bound for join requests from processes the group has no entry for
-        (``ViewChanges.join_admissible``); the group's, carried in every New List, is taken too when higher."""
+        (``ViewChanges.join_admissible``); the group's, carried in every New List, is taken too when higher.
+
+        ``delivered_before``: what this process delivered in its previous membership of the group, which a
+        reformation may order again after this one began: it is not delivered twice."""
         if pid not in view:
             raise ValueError(f"{pid} is not a member of view {view.view_id}")
         start_ts = joined_by.ts if joined_by is not None else 0
@@ -153,8 +157,10 @@ class GroupEngine:
                    departed_stops=True)
         timers.add("stall", repair.stall, repair.stall_due, frozen_stops=True, departed_stops=True)
         timers.add("request", self.changes.timer, self._request_due, frozen_stops=True, departed_stops=True)
-        self.liveness = Liveness(ctx, now, suspect=self.suspect_failure, merge=self._merge)
+        self.liveness = Liveness(ctx, now, suspect=self.suspect_failure, merge=self._merge, cut_off=self._cut_off)
         timers.add("alive", self.liveness.timer, self.liveness.due, frozen_stops=True, departed_stops=True)
+        if joined_by is not None:
+            self.liveness.predecessors.add(joined_by.view)
         self.departure = Departure(ctx, ordering, holdings, token, timers)
         timers.add("linger", self.departure, None)
         self.rotation = Rotation(ctx, ordering, holdings, token, self.sender, repair, self.changes, self.departure,
@@ -165,6 +171,8 @@ class GroupEngine:
         self._departed_handlers: dict[type, Callable[[Any, float], None]] = handlers[MemberState.DEPARTED]
 
         ordering.start(pid, joined_by, first_seq, view.view_id)
+        if delivered_before is not None:
+            ordering.carry_delivered(delivered_before)
         outbox.event(ViewInstalled(group, view.view_id, view.members, start_ts))
         outbox.record("view", now, ts=start_ts, members=list(view.members), locks=[list(x) for x in view.locks],
                       view=str(view.view_id))
@@ -297,6 +305,11 @@ class GroupEngine:
             return
         self._maybe_request_leave(now)
 
+    def _cut_off(self, now: float, reason: str) -> None:
+        """The group went on in a view without this member: stop (and rejoin, ``Left.rejoining``)."""
+        self.reformation.stop()
+        self.stop(now, reason)
+
     def _merge(self, into: ViewId, now: float) -> None:
         """Our view merges into the larger view ``into``: leave in order (everything this member sent is ordered
         first, and every member delivers the same messages of this view) and join that view as a new member.  No
@@ -360,8 +373,8 @@ class GroupEngine:
             self._on_request(packet, now)
             return
         if kind is Alive:  # any view of the group: see Liveness.on_alive
-            if not self.leaving:
-                self.liveness.on_alive(packet, now)
+            if not self.leaving and self.liveness.on_alive(packet, now):  # type: ignore[arg-type]
+                self._unknown_view(packet, now)
             return
         reformation = self.reformation
         if reformation.participation is not None:
@@ -370,6 +383,15 @@ class GroupEngine:
                 reformation.commit(committed, now)  # the initiator committed: so do we
         view = views.known.get(packet.view)  # type: ignore[arg-type]
         if view is None:
+            if kind is Data and not self.departed and self.ordering.q.ts_of((src, packet.seq)) is not None:  # type: ignore[attr-defined]
+                # Sent in a view before ours (before we joined, or before a reformation ordered it again) and
+                # ordered by an ACK we hold: that ACK vouches for its identity, and we need it to deliver.
+                self.stats["data_of_earlier_view"] += 1
+                if self.config.journal:
+                    self.outbox.record_packet("recv", packet, now)
+                self._on_data(packet, now)  # type: ignore[arg-type]
+                self._progress(now)
+                return
             self.stats["other_view"] += 1
             if not self.departed:
                 self._unknown_view(packet, now)
@@ -567,8 +589,8 @@ class GroupEngine:
     # ------------------------------------------------------------------------------------------------------------
     # ``ReformationHost``: what a reformation asks of this member
 
-    def _depart(self, now: float, reason: str = "left") -> None:
-        self.departure.depart(now, reason)
+    def _depart(self, now: float) -> None:
+        self.departure.depart(now)  # the reason given when the leave was asked for stands
 
     def depart(self, now: float) -> None:
         self.departure.depart(now)

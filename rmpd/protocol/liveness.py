@@ -22,6 +22,9 @@ from .packets import Alive
 from .timers import Deadline
 from .view import View
 
+CUT_OFF_SILENCE = 2.0
+"""Alive intervals without a word in our view from a member that speaks in a view leaving us out, before this
+member takes itself for cut off (a shorter silence is a New List on its way)."""
 SUSPECT_STAGGER = 0.5
 """Seconds of extra patience per live member ahead in view order (``Liveness._patience``)."""
 
@@ -36,10 +39,10 @@ class Liveness:
     """Who was heard from when, this member's own Alive, and the merge it decided on."""
 
     def __init__(self, ctx: GroupContext, now: float, *, suspect: Callable[[float, str], None],
-                 merge: Callable[[ViewId, float], None]) -> None:
+                 merge: Callable[[ViewId, float], None], cut_off: Callable[[float, str], None]) -> None:
         self.pid, self.group, self.config, self.views = ctx.pid, ctx.group, ctx.config, ctx.views
         self.outbox, self.stats = ctx.outbox, ctx.stats
-        self.suspect, self.merge = suspect, merge
+        self.suspect, self.merge, self.cut_off = suspect, merge, cut_off
         self.view: View = ctx.views.current
         """The view ``last_heard`` is kept for: a New List changes the current view, the next check follows."""
         self.last_heard: dict[ProcessId, float] = dict.fromkeys(self.view.members, now)
@@ -50,6 +53,12 @@ class Liveness:
         self.timer = Deadline()
         self.enabled = self.config.alive_interval > 0
         self.timer.deadline = now if self.enabled else None
+        self.elsewhere: dict[ProcessId, float] = {}
+        """When a member of our view was last heard saying it is alive in a view we do not know (a New List one of
+        us missed): alive, so not silent, though not speaking in our view."""
+        self.predecessors: set[ViewId] = set()
+        """Views before our first one (the view the New List that admitted us was ordered in): a member lagging
+        behind that New List still speaks in it, which does not mean we were cut off."""
         self.merge_target: ViewId | None = None
         """The view this member's view merges into: decided once, it holds until the membership ends."""
 
@@ -75,8 +84,9 @@ class Liveness:
         if self.view is not view:  # members new to the view count as heard from now on
             self.view = view
             self.last_heard = {m: self.last_heard.get(m, now) for m in view.members}
-        heard = self.last_heard
-        oldest = min((heard[m] for m in view.members if m != self.pid and m in heard), default=None)
+        heard, elsewhere = self.last_heard, self.elsewhere
+        oldest = min((max(heard[m], elsewhere.get(m, heard[m])) for m in view.members if m != self.pid and m in heard),
+                     default=None)
         silent_at = None if oldest is None else oldest + self._patience(oldest, now)
         if silent_at is not None and now >= silent_at:
             self.stats["members_silent"] += 1
@@ -91,7 +101,8 @@ class Liveness:
         member after that one.  Every member sees the same silence at about the same moment, and reformations
         started together supersede one another; staggered, one member's Recovery Start reaches the others before
         they would start their own."""
-        view, heard = self.views.current, self.last_heard
+        view, elsewhere = self.views.current, self.elsewhere
+        heard = {m: max(t, elsewhere.get(m, t)) for m, t in self.last_heard.items()}
         cutoff = now - self.config.fail_after
         silent = next(m for m in view.members if m != self.pid and heard.get(m) == oldest)
         rank, member = 0, view.next_after(silent, -1)
@@ -101,17 +112,28 @@ class Liveness:
             member = view.next_after(member, -1)
         return self.config.fail_after + SUSPECT_STAGGER * rank
 
-    def on_alive(self, alive: Alive, now: float) -> None:
+    def on_alive(self, alive: Alive, now: float) -> bool:
         """An Alive of a view we know counts as hearing its sender; one of a view disjoint from ours is another
-        view of the group that we can now hear: the smaller merges into the larger."""
+        view of the group that we can now hear: the smaller merges into the larger.  True when it is an Alive of a
+        view we do not know from a member of ours: a New List one of us missed (the caller catches up)."""
         view = self.views.current
         if alive.view in self.views.known:
             if alive.src in view:
                 self.last_heard[alive.src] = now
-            return
+            return False
+        if alive.src in view:
+            self.elsewhere[alive.src] = now
+        if self.pid not in alive.members and alive.src in view and alive.view not in self.predecessors and (
+                now - self.last_heard.get(alive.src, now) > CUT_OFF_SILENCE * self.config.alive_interval):
+            # A member of our view speaks, for a while now, only in a view that we do not know and that leaves us
+            # out: the group went on without us (a reformation cut us off).  Waiting for our own reformation to
+            # fail below the minimum partition would take several rounds of it; rejoin now instead.
+            self.stats["cut_off"] += 1
+            self.cut_off(now, f"cut off: the group went on in view {alive.view} without this member")
+            return False
         if self.pid in alive.members or any(m in view for m in alive.members):
             self.stats["alive_of_lineage"] += 1  # a view our own changes lead to or from: not another group
-            return
+            return alive.src in view
         self.stats["alive_of_other_view"] += 1
         if self.merge_target is None and merge_key(view.size, view.view_id) < merge_key(len(alive.members),
                                                                                          alive.view):
@@ -119,3 +141,4 @@ class Liveness:
             self.stats["merges"] += 1
             self.outbox.record("recovery", now, role="merge", new_view=str(alive.view), members=list(alive.members))
             self.merge(alive.view, now)
+        return False

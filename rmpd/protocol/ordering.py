@@ -19,6 +19,9 @@ from .qos import DELIVERY_RULES, Gate
 from .stability import Holdings
 from .view import View
 
+DeliveredBefore = tuple[dict[ProcessId, int], dict[ProcessId, set[int]]]
+"""Per source, the next sequence number to deliver and those delivered beyond it (``Ordering.delivered_state``)."""
+
 Key = tuple[ProcessId, int]
 
 
@@ -88,7 +91,10 @@ class Ordering:
         """Keep a reliable data packet.  Returns what became of it, its timestamp if an ACK ordered it, and
         whether an earlier packet of its source is missing from the DataList (a gap to ask the source about)."""
         key = (packet.src, packet.seq)
-        if key in self.data or self.delivered(packet.src, packet.seq):
+        if key in self.data:
+            return Held.DUPLICATE, None, False
+        if self.delivered(packet.src, packet.seq):
+            self._fill_delivered(key, packet)
             return Held.DUPLICATE, None, False
         ts = self.q.ts_of(key)
         gap = False
@@ -105,6 +111,34 @@ class Ordering:
             if packet.seq - 1 > self.ordered_upto.get(packet.src, 0) and (packet.src, packet.seq - 1) not in self.data:
                 gap = True
         return Held.NEW, ts, gap
+
+    def _fill_delivered(self, key: tuple[ProcessId, int], packet: Data) -> None:
+        """A packet delivered here already (in an earlier membership of this process) that an ACK we hold orders
+        again: keep it in its slot, which the token's acceptance rule and the NACKs of others need, though it is
+        never delivered twice."""
+        ts = self.q.ts_of(key)
+        if ts is None:
+            return
+        slot = self.q.slots[ts]
+        if slot.qos == packet.qos and slot.state in (SlotState.MISSING, SlotState.REQUESTED):
+            self.data[key] = packet
+            slot.state = SlotState.RECEIVED
+
+    def carry_delivered(self, delivered: DeliveredBefore) -> None:
+        """What this process delivered in its previous membership of the group: never delivered again."""
+        src_next, src_ahead = delivered
+        for src, nxt in src_next.items():
+            if nxt > self.src_next.get(src, 1):
+                self.src_next[src] = nxt
+        for src, ahead in src_ahead.items():
+            floor = self.src_next.get(src, 1)
+            kept = {seq for seq in ahead if seq >= floor}
+            if kept:
+                self.src_ahead.setdefault(src, set()).update(kept)
+
+    def delivered_state(self) -> DeliveredBefore:
+        """Per source, the delivery cursor and the sequence numbers delivered beyond it (``carry_delivered``)."""
+        return dict(self.src_next), {src: set(seqs) for src, seqs in self.src_ahead.items() if seqs}
 
     def order(self, ack: Ack, pid: ProcessId, own_ordered: Callable[[int], None]) -> None:
         """Place what ``ack`` orders (its slot is placed already); ``own_ordered`` is told each of ``pid``'s own

@@ -29,6 +29,7 @@ from .events import Event, JoinFailed, Left, SendRefused, Transmit
 from .ids import ProcessId, RequestIds, ViewCounter
 from .limits import check_call
 from .multirpc import ScmpSettings, start_upper
+from .ordering import DeliveredBefore
 from .outbox import OutputLists, Outputs
 from .packets import (
     Alive,
@@ -121,6 +122,9 @@ class RmpProcess:
         on from there, so old and new messages never share an identity."""
         self.joining: dict[str, JoinAttempt] = {}
         self.rejoin_wishes: dict[str, RejoinWish] = {}
+        self._delivered_before: dict[str, DeliveredBefore] = {}
+        """Per group, what this process delivered in its last membership of it (``GroupEngine`` never delivers
+        it again in the next)."""
         self._join_settings: dict[str, tuple[int, int]] = {}
         """Per group, the (min_partition, ttl) its join asked for: a rejoin asks for the same."""
         self.stats: Counter[str] = Counter()
@@ -515,6 +519,7 @@ class RmpProcess:
             view_counter=self.view_counter, request_ids=self._request_ids, joined_by=joined_by,
             first_seq=last_seq + 1, first_unreliable_seq=last_unreliable + 1, scmp=scmp,
             join_floor=floor if joined_by is None and self.scmp.upper > 0 else 0,
+            **({"delivered_before": self._delivered_before.pop(group)} if group in self._delivered_before else {}),
         )
         engine.relay.wall_offset = self.wall_offset
         self.engines[group] = engine
@@ -545,6 +550,7 @@ class RmpProcess:
                                                            engine.reformation.minimum_partition(),
                                                            not_before=now)
                 self._last_seqs[group] = (engine.sender.next_seq - 1, engine.sender.next_unreliable_seq - 1)
+                self._delivered_before[group] = engine.ordering.delivered_state()
                 self.stats.update(engine.stats)  # counters never go back when a group is left
                 del self.engines[group]
 

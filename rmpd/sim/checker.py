@@ -219,6 +219,11 @@ class InvariantChecker:
             if have < need:
                 self.fail("k-resilience", f"{node} delivered {src}#{seq} ({qos.name()}) held by {have} < {need}")
 
+    def new_incarnation(self, node: str) -> None:
+        """The process restarted under the same ID: a new application, which delivered nothing yet."""
+        self.forget_views(node)
+        self.delivered[node] = type(self.delivered[node])()
+
     def forget_views(self, node: str) -> None:
         """The process left its group; if it joins again it is a new member, with a view history of its own."""
         self.views_of[node].append("")

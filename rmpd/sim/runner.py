@@ -60,6 +60,10 @@ class SimConfig:
     locks: bool = False
     calls: int = 0
     """Calls from a non-member process to handler 0, held by the first member (multi-RPC with SCMP)."""
+    restarts: int = 0
+    """Members that crash and start again on the same process ID (a new incarnation), which rejoin at once."""
+    simultaneous: bool = False
+    """The first members found the group by all joining at time 0, instead of in one view made out of band."""
     call_dup: int = 1
     """Copies of every Non Member Data datagram the caller puts on the wire."""
     send_interval: float = 0.002
@@ -76,8 +80,8 @@ class SimConfig:
             raise ValueError("--messages and --size must not be negative")
         if self.qos not in QOS_CHOICES:
             raise ValueError(f"--qos must be one of {', '.join(QOS_CHOICES)}")
-        if self.crash < 0 or self.joins < 0 or self.leaves < 0:
-            raise ValueError("--crash, --joins and --leaves must not be negative")
+        if self.crash < 0 or self.joins < 0 or self.leaves < 0 or self.restarts < 0:
+            raise ValueError("--crash, --restarts, --joins and --leaves must not be negative")
         if self.leaves >= self.members:
             raise ValueError("--leaves must leave at least one member")
         if self.calls < 0 or self.call_dup < 1:
@@ -86,7 +90,8 @@ class SimConfig:
 
     @property
     def membership_faults(self) -> bool:
-        return bool(self.crash or self.partition or self.joins or self.leaves or self.locks)
+        return bool(self.crash or self.restarts or self.partition or self.joins or self.leaves or self.locks
+                    or self.simultaneous)
 
     def cli_args(self) -> list[str]:
         """The ``rmp sim`` flags that reproduce this configuration."""
@@ -97,6 +102,10 @@ class SimConfig:
         ]
         if self.crash:
             args += ["--crash", str(self.crash)]
+        if self.restarts:
+            args += ["--restarts", str(self.restarts)]
+        if self.simultaneous:
+            args.append("--simultaneous")
         if self.partition:
             args.append("--partition")
         if self.joins:
@@ -184,6 +193,7 @@ class Simulation:
         self.call_answers: Counter[int] = Counter()
         self.calls_replied = 0
         self.calls_failed: Counter[str] = Counter()
+        self.port = [7000] * total
         self.pids = [f"{host}:7000" for host in self.hosts]
         """The current process ID on each host: a restarted process takes a new port (paper 3.1: a process ID is
         never reused)."""
@@ -224,15 +234,21 @@ class Simulation:
 
     # --------------------------------------------------------------------------------------------------------------
 
-    def _spawn(self, i: int) -> RmpProcess:
+    def _spawn(self, i: int, same_id: bool = False) -> RmpProcess:
+        """Start the process of slot ``i``: after a crash on a new port, or (``same_id``) on the same one, a new
+        incarnation whose sequence numbers start above its predecessor's, as a daemon's do."""
         self.incarnation[i] += 1
-        if self.incarnation[i] > 1:
-            self.pids[i] = f"{self.hosts[i]}:{7000 + self.incarnation[i] - 1}"
+        if self.incarnation[i] > 1 and not same_id:
+            self.port[i] += 1
+            self.pids[i] = f"{self.hosts[i]}:{self.port[i]}"
             self.index[self.pids[i]] = i
+        if same_id:
+            self.checker.new_incarnation(self.pids[i])  # a new application, and a new membership
+        wall_ms = int((SIM_EPOCH + self.queue.now) * 1000) + self.incarnation[i] * 7
         proc = RmpProcess(pid=self.pids[i], config=self.engine_config,
                           rng=random.Random(self.seed * 8 + 3 + i * 1000 + self.incarnation[i]), now=self.queue.now,
-                          wall_ms=int((SIM_EPOCH + self.queue.now) * 1000) + self.incarnation[i] * 7,
-                          engine_factory=self.engine_factory)
+                          wall_ms=wall_ms, engine_factory=self.engine_factory,
+                          seq_base=wall_ms * 1000 if same_id else 0)
         self.procs[i] = proc
         return proc
 
@@ -254,6 +270,10 @@ class Simulation:
             at = rng.uniform(0.0, window)
             self.queue.push(at, "crash", i)
             self.queue.push(at + rng.uniform(2.0, 10.0), "restart", i)
+        for i in rng.sample(initial, min(cfg.restarts, len(initial))):
+            at = rng.uniform(0.0, window)
+            self.queue.push(at, "crash", i)
+            self.queue.push(at + rng.uniform(0.0, 3.0), "restart_same_id", i)
         if cfg.partition:
             at = rng.uniform(0.0, window)
             self.queue.push(at, "partition", None)
@@ -268,9 +288,12 @@ class Simulation:
                     min_partition=self.min_partition)
         for i in range(cfg.members):
             proc = self._spawn(i)
-            if i == 0:
-                proc.view_counter.next_view_id(0.0)  # the founder's counter made the first view
-            proc.found(GROUP, view, 0.0)
+            if cfg.simultaneous:  # nobody answers at first: each founds a group of its own, and the views merge
+                proc.join(GROUP, 0.0, min_partition=self.min_partition)
+            else:
+                if i == 0:
+                    proc.view_counter.next_view_id(0.0)  # the founder's counter made the first view
+                proc.found(GROUP, view, 0.0)
             self._drain(i)
             if self.to_send[i]:
                 self.queue.push(self.work_rng.expovariate(1 / self.send_interval), "send", i)
@@ -334,7 +357,7 @@ class Simulation:
 
     def _fault(self, kind: str, i: Any) -> None:
         now = self.queue.now
-        if kind in ("restart", "join", "heal"):
+        if kind in ("restart", "restart_same_id", "join", "heal"):
             self.last_fault_at = now
         if kind == "crash" and self.procs[i] is not None:
             self.procs[i] = None
@@ -345,6 +368,9 @@ class Simulation:
             self.crashes.crashed(pid, now, fellows)
         elif (kind == "restart" and self.procs[i] is None) or (kind == "join" and self.procs[i] is None):
             self._spawn(i).join(GROUP, now, min_partition=self.min_partition)
+            self._drain(i)
+        elif kind == "restart_same_id" and self.procs[i] is None:
+            self._spawn(i, same_id=True).join(GROUP, now, min_partition=self.min_partition, existing_only=True)
             self._drain(i)
         elif kind == "leave" and self.procs[i] is not None:
             try:

@@ -6,6 +6,7 @@ Nothing here mocks a socket or a process: each daemon is the installed ``rmpd`` 
 
 from __future__ import annotations
 
+import itertools
 import os
 import subprocess
 import time
@@ -15,7 +16,7 @@ from typing import Any
 import rmpd
 from rmpd.bench.daemons import RMP, RMPD, DaemonProcess
 
-__all__ = ["RMP", "RMPD", "Daemon", "ensure_loopback_multicast", "read_deliveries", "wait_for"]
+__all__ = ["RMP", "RMPD", "Daemon", "ensure_loopback_multicast", "read_deliveries", "unique", "wait_for"]
 
 
 Daemon = DaemonProcess
@@ -29,6 +30,15 @@ async def read_deliveries(group: rmpd.Group, count: int, into: list[rmpd.Deliver
             into.append(event)
             if len(into) == count:
                 return
+
+
+_names = itertools.count()
+
+
+def unique(name: str) -> str:
+    """A group name no other test run on this host uses: daemons on loopback hear every run's groups of one name
+    (they share the multicast address), so a concurrent run's daemons would join this test's view."""
+    return f"{name}-{os.getpid()}-{next(_names)}"
 
 
 def wait_for(condition: Callable[[], Any], timeout: float, what: str, interval: float = 0.1) -> Any:

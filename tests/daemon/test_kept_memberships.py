@@ -15,7 +15,7 @@ from rmpd.daemon.memberships import Membership, MembershipFile, MembershipFileEr
 from rmpd.protocol.reformation import MIN_PARTITION_MAJORITY
 
 from .conftest import FAST_JOIN
-from .harness import RMPD, Daemon, wait_for
+from .harness import RMPD, Daemon, unique, wait_for
 
 
 def groups_of(daemon: Daemon) -> dict[str, dict]:
@@ -77,55 +77,58 @@ def test_rmpd_refuses_to_start_on_an_unreadable_file_in_one_line(tmp_path: Path)
 
 
 def test_the_configs_groups_are_joined_at_start_with_no_client(daemons, tmp_path: Path) -> None:
+    boot, quorum = unique("boot"), unique("boot-quorum")
     config = tmp_path / "groups.toml"
-    config.write_text("groups = ['boot', {name = 'boot-quorum', min_partition = 'majority'}]\n" + FAST_JOIN)
+    config.write_text(f"groups = ['{boot}', {{name = '{quorum}', min_partition = 'majority'}}]\n" + FAST_JOIN)
     first = daemons("first", config=config)
     listed = groups_of(first)  # READY=1 came after the joins were under way
-    assert {"boot", "boot-quorum"} <= listed.keys() and all(listed[g]["persistent"] for g in ("boot", "boot-quorum"))
-    alone_in(first, "boot")
-    alone_in(first, "boot-quorum")
-    assert groups_of(first)["boot-quorum"]["min_partition"] == "majority"
+    assert {boot, quorum} <= listed.keys() and all(listed[g]["persistent"] for g in (boot, quorum))
+    alone_in(first, boot)
+    alone_in(first, quorum)
+    assert groups_of(first)[quorum]["min_partition"] == "majority"
     # A second host with the same config finds the group the first formed: one view of two, nothing typed.
     second = daemons("second", config=config)
     wait_for(lambda: all(sorted(d.members(g)) == sorted([first.pid, second.pid])
-                         for d in (first, second) for g in ("boot", "boot-quorum")), 20, "views of two")
-    assert groups_of(second)["boot-quorum"]["min_partition"] == "majority"
+                         for d in (first, second) for g in (boot, quorum)), 20, "views of two")
+    assert groups_of(second)[quorum]["min_partition"] == "majority"
 
 
 def test_a_group_joined_with_rmp_join_is_rejoined_after_kill_9(daemons) -> None:
+    kept, passing = unique("kept"), unique("passing")
     d = daemons("keeper")
-    d.rmp("join", "kept", "--min-partition", "majority")
-    d.rmp("send", "passing", "x")  # a client's own join (not persistent): left when the client went away
-    wait_for(lambda: "passing" not in groups_of(d), 20, "the daemon to leave the group its client left")
+    d.rmp("join", kept, "--min-partition", "majority")
+    d.rmp("send", passing, "x")  # a client's own join (not persistent): left when the client went away
+    wait_for(lambda: passing not in groups_of(d), 20, "the daemon to leave the group its client left")
     d.proc.send_signal(signal.SIGKILL)
     d.proc.wait(10)
 
     again = daemons("keeper", port=port_of(d))  # same config, state directory and process ID
     assert again.pid == d.pid
-    assert groups_of(again).keys() == {"kept"}
-    alone_in(again, "kept")
-    kept = groups_of(again)["kept"]
-    assert kept["persistent"] and kept["min_partition"] == "majority"
-    assert "rejoined kept" in again.log_path.read_text()
+    assert groups_of(again).keys() == {kept}
+    alone_in(again, kept)
+    listed = groups_of(again)[kept]
+    assert listed["persistent"] and listed["min_partition"] == "majority"
+    assert f"rejoined {kept}" in again.log_path.read_text()
 
 
 def test_a_group_left_is_not_rejoined_after_a_restart_and_a_configured_one_always_is(daemons, tmp_path) -> None:
+    stays, goes, declared = unique("stays"), unique("goes"), unique("declared")
     config = tmp_path / "declared.toml"
-    config.write_text("groups = ['declared']\n" + FAST_JOIN)
+    config.write_text(f"groups = ['{declared}']\n" + FAST_JOIN)
     d = daemons("leaver", config=config)
-    for group in ("stays", "goes"):
+    for group in (stays, goes):
         d.rmp("join", group)
-    alone_in(d, "goes")
-    d.rmp("leave", "goes")
-    d.rmp("leave", "declared")  # until the next start: the config declares it
-    wait_for(lambda: groups_of(d).keys() == {"stays"}, 20, "the daemon to leave goes and declared")
+    alone_in(d, goes)
+    d.rmp("leave", goes)
+    d.rmp("leave", declared)  # until the next start: the config declares it
+    wait_for(lambda: groups_of(d).keys() == {stays}, 20, "the daemon to leave the group left and the declared one")
     assert d.stop(signal.SIGTERM) == 0
 
     again = daemons("leaver", port=port_of(d), config=config)
-    assert groups_of(again).keys() == {"stays", "declared"}
-    alone_in(again, "stays")
-    alone_in(again, "declared")
-    assert "goes" not in groups_of(again)
+    assert groups_of(again).keys() == {stays, declared}
+    alone_in(again, stays)
+    alone_in(again, declared)
+    assert goes not in groups_of(again)
 
 
 def test_a_persistent_join_the_state_directory_cannot_record_is_refused_and_changes_nothing(daemons) -> None:
@@ -134,11 +137,12 @@ def test_a_persistent_join_the_state_directory_cannot_record_is_refused_and_chan
     d.state_dir.mkdir(parents=True, exist_ok=True)
     d.state_dir.rename(moved)
     d.state_dir.write_text("a file where the directory was: no write gets through, even as root")
-    refused = d.rmp("join", "unrecorded", check=False)
+    group = unique("unrecorded")
+    refused = d.rmp("join", group, check=False)
     assert refused.returncode == 1 and "state-unwritable" in refused.stderr
-    assert "unrecorded" not in groups_of(d)
+    assert group not in groups_of(d)
     d.state_dir.unlink()
     moved.rename(d.state_dir)
-    d.rmp("join", "unrecorded")
-    assert MembershipFile(next(d.state_dir.glob("memberships-*.json"))).load() == {
-        "unrecorded": Membership("unrecorded")}
+    d.rmp("join", group)
+    assert MembershipFile(next(d.state_dir.glob("memberships-*.json"))).load() == {group: Membership(group)}
+

@@ -18,7 +18,7 @@ from rmpd.localapi import (
 )
 from rmpd.protocol.reformation import MIN_PARTITION_ALL, MIN_PARTITION_MAJORITY
 
-from .harness import wait_for
+from .harness import unique, wait_for
 from .test_client_library import FAST_NODE
 
 
@@ -66,22 +66,24 @@ def min_partition_at(daemon, group: str) -> int | str | None:
 
 
 def test_rmp_join_majority_holds_when_a_member_joins_with_the_default(daemons) -> None:
+    quorum, everyone = unique("quorum"), unique("everyone")
     first, second = daemons(), daemons()
-    first.rmp("join", "quorum", "--min-partition", "majority")
-    assert min_partition_at(first, "quorum") == "majority"
-    second.rmp("join", "quorum")  # asks for the default, 1
-    wait_for(lambda: all(len(d.members("quorum")) == 2 for d in (first, second)), 20, "a view of two")
-    assert [min_partition_at(d, "quorum") for d in (first, second)] == ["majority", "majority"]
-    first.rmp("join", "everyone", "--min-partition", "all")
-    assert min_partition_at(first, "everyone") == "all"
+    first.rmp("join", quorum, "--min-partition", "majority")
+    assert min_partition_at(first, quorum) == "majority"
+    second.rmp("join", quorum)  # asks for the default, 1
+    wait_for(lambda: all(len(d.members(quorum)) == 2 for d in (first, second)), 20, "a view of two")
+    assert [min_partition_at(d, quorum) for d in (first, second)] == ["majority", "majority"]
+    first.rmp("join", everyone, "--min-partition", "all")
+    assert min_partition_at(first, everyone) == "all"
 
 
 async def test_the_client_library_and_a_node_take_majority_and_all(daemons) -> None:
+    every, founded = unique("lib-all"), unique("node-majority")
     d = daemons()
     with trio.fail_after(60):
         async with rmpd.connect(d.socket) as client, rmpd.Node(interface="lo", port=0, config=FAST_NODE) as node:
-            await client.join("lib-all", min_partition="all")
-            assert min_partition_at(d, "lib-all") == "all"
+            await client.join(every, min_partition="all")
+            assert min_partition_at(d, every) == "all"
             with pytest.raises(rmpd.RmpdError) as refused:
                 await client.join("lib-bad", min_partition=0)
             assert refused.value.code == "bad-request" and "majority" in refused.value.message
@@ -89,6 +91,6 @@ async def test_the_client_library_and_a_node_take_majority_and_all(daemons) -> N
                 await node.join("node-bad", min_partition="most")
             assert refused.value.code == "bad-request"
 
-            await node.join("node-majority", min_partition="majority")  # the node founds it
-            await client.join("node-majority")  # the daemon joins with the default and keeps the majority
-            assert min_partition_at(d, "node-majority") == "majority"
+            await node.join(founded, min_partition="majority")  # the node founds it
+            await client.join(founded)  # the daemon joins with the default and keeps the majority
+            assert min_partition_at(d, founded) == "majority"

@@ -126,6 +126,9 @@ class RmpProcess:
         """Per group, what this process delivered in its last membership of it (``GroupEngine`` never delivers
         it again in the next)."""
         self._join_settings: dict[str, tuple[int, int]] = {}
+        self._join_ids: dict[str, set[int]] = {}
+        """Per group, every join request ID issued since the last membership of it began: a New List answering any
+        of them admits this process, whichever attempt (a rejoin makes one after another) is running now."""
         """Per group, the (min_partition, ttl) its join asked for: a rejoin asks for the same."""
         self.stats: Counter[str] = Counter()
         self._out = OutputLists()
@@ -144,8 +147,10 @@ class RmpProcess:
         request_id = self._request_ids.stamped(self.wall_ms(now))
         request = ListChangeRequest(group, None, self.pid, request_id, "join", last_seq,
                                     self.multicast_capable, min_partition, ttl)
+        ids = self._join_ids.setdefault(group, set())
+        ids.add(request_id)
         attempt = JoinAttempt(request, Backoff(self.config.request_interval, self.config.rto_max), existing_only,
-                              ids={request_id})
+                              ids=ids)
         self.joining[group] = attempt
         self._send_join(attempt, now)
 
@@ -508,6 +513,7 @@ class RmpProcess:
         self._install(nl.group, view, now, joined_by=nl)
 
     def _install(self, group: str, view: View, now: float, joined_by: NewList | None = None) -> GroupEngine:
+        self._join_ids.pop(group, None)  # a new membership: requests made before it answer nothing any more
         last_seq, last_unreliable = self._last_seqs.get(group, (self._seq_base, self._seq_base))
         # A founder that recovered ``latest`` from stable storage (it ran before) bounds the joins an earlier
         # incarnation of the group may have accepted, as its call filter bounds calls; a joiner takes the group's

@@ -73,6 +73,12 @@ class ViewChanges:
         if request.op != Op.JOIN and request.src not in view:
             self.stats["non_member"] += 1
             return False
+        if request.op == Op.JOIN:  # only a joiner's newest request counts: it may have given the older ones up
+            for key in [k for k, r in self.pending.items() if r.src == request.src and r.op == Op.JOIN
+                        and r.request_id < request.request_id]:
+                del self.pending[key]
+            if any(r.src == request.src and r.op == Op.JOIN for r in self.pending.values()):
+                return False  # a newer one is waiting already
         self.pending.setdefault((request.src, request.request_id), request)
         return request.op == Op.JOIN and request.src in view
 

@@ -54,3 +54,23 @@ def test_a_quiet_group_drops_a_member_killed_with_kill_9_within_fail_after_and_a
     took = trio.run(watch)
     assert took <= fail_after + 1.0, f"the killed member was dropped {took:.2f} s after the kill"
     assert sorted(b.members(group)) == sorted([a.pid, b.pid])
+
+
+def test_a_member_killed_with_kill_9_is_back_in_one_view_of_three_with_nothing_typed(daemons) -> None:
+    """A host under systemd's Restart=on-failure: the restarted daemon rejoins what `rmp join` recorded, and the
+    others take it back as a new incarnation of the same process ID."""
+    group = unique("ring")
+    ds = [daemons(f"h{i}") for i in range(3)]
+    ds[0].rmp("join", group)
+    wait_for(lambda: ds[0].members(group) == [ds[0].pid], 20, "h0 in a view of its own")
+    for d in ds[1:]:
+        d.rmp("join", group)
+    everyone = sorted(d.pid for d in ds)
+    wait_for(lambda: all(sorted(d.members(group)) == everyone for d in ds), 30, "a view of three")
+    victim = ds[2]
+    victim.proc.send_signal(signal.SIGKILL)
+    victim.proc.wait(10)
+    ds[2] = daemons("h2", port=int(victim.pid.rsplit(":", 1)[1]))
+    wait_for(lambda: all(sorted(d.members(group)) == everyone for d in ds), 30,
+             "the restarted daemon back in one view of three")
+    assert len({d.rmp_json("members", group)["view"] for d in ds}) == 1

@@ -139,3 +139,32 @@ def test_four_hosts_with_loss_then_a_crash(hosts, tmp_path: Path) -> None:
     checker, violations = check_journals(journal, "ring")
     assert checker.delivered_count > 0
     assert not violations, violations[:5]
+
+
+def test_a_partition_of_one_host_from_two_heals_into_one_view(hosts, tmp_path: Path) -> None:
+    """Host 3 is cut off from hosts 1 and 2: the two go on without it and it goes on alone (minimum partition 1).
+    Once the partition heals, the smaller view merges into the larger one, with nothing typed."""
+    env, started = hosts
+    prefix = env["RMP_NETNS_PREFIX"]
+    journal = tmp_path / "journal"
+    config = tmp_path / "fast-join.toml"
+    config.write_text("[timers]\nrequest_interval = 0.2\njoin_retries = 4\n")
+    ds = []
+    for i in range(1, 4):
+        d = Daemon(tmp_path, f"h{i}", bind=f"10.77.0.{i}", journal=journal, netns=f"{prefix}{i}", config=config)
+        started.append(d)
+        ds.append(d)
+    for d in ds:
+        d.rmp("join", "ring", timeout=120)
+    pids = sorted(d.pid for d in ds)
+    try:
+        wait_for(lambda: all(sorted(d.members("ring")) == pids for d in ds), 60, "a view of three")
+        subprocess.run([NETNS, "partition", "3", "--", "1", "2"], check=True, env=env)
+        wait_for(lambda: all(sorted(d.members("ring")) == sorted([ds[0].pid, ds[1].pid]) for d in ds[:2])
+                 and ds[2].members("ring") == [ds[2].pid], 60, "two views: hosts 1 and 2, and host 3 alone")
+        subprocess.run([NETNS, "heal"], check=True, env=env)
+        wait_for(lambda: all(sorted(d.members("ring")) == pids for d in ds), 30, "one view of three after the heal")
+    except AssertionError:
+        print(membership_story(journal, ds))
+        raise
+    assert len({d.rmp_json("members", "ring")["view"] for d in ds}) == 1

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from rmpd.durable import replace_durably
 from rmpd.localapi import MAX_GROUP_NAME, min_partition_name, parse_min_partition
 
 FILE_VERSION = 1
@@ -133,18 +134,7 @@ class MembershipFile:
         body = json.dumps({"version": FILE_VERSION,
                            "groups": [m.as_entry() for m in sorted(memberships, key=lambda m: m.group)]},
                           indent=1) + "\n"
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_name(self.path.name + ".tmp")
-        with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "wb") as handle:
-            handle.write(body.encode("utf-8"))
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, self.path)
-        dir_fd = os.open(self.path.parent, os.O_RDONLY)
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
+        replace_durably(self.path, body.encode("utf-8"))
         self.writes += 1
 
 

@@ -1,8 +1,8 @@
 """``latest`` on stable storage: the one part of SCMP that does I/O (the daemon's shell calls it, never the engine).
 
 The paper's order is: write ``latest`` to stable storage, then use it.  ``write`` returns only once the value is
-durable: it goes to a temporary file that is fsynced, renamed over the old one, and the directory is fsynced, so a
-crash at any point leaves either the old value or the new one, never a torn file.  The stored value never goes
+durable (``rmpd.durable.replace_durably``): a crash at any point leaves either the old value or the new one,
+never a torn file.  The stored value never goes
 down: a lower value is ignored, since crash recovery relies on ``latest`` covering everything accepted.
 """
 
@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+
+from rmpd.durable import replace_durably
 
 
 class LatestStoreError(Exception):
@@ -41,20 +43,7 @@ class LatestStore:
             self.load()
         if self.value is not None and value <= self.value:
             return self.value
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_name(self.path.name + ".tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        try:
-            os.write(fd, f"{value}\n".encode("ascii"))
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, self.path)
-        dir_fd = os.open(self.path.parent, os.O_RDONLY)
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
+        replace_durably(self.path, f"{value}\n".encode("ascii"))
         self.value = value
         self.writes += 1
         return value

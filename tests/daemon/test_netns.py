@@ -39,6 +39,18 @@ def hosts(tmp_path: Path):
         subprocess.run([NETNS, "down"], env=env, check=False)
 
 
+def start_daemons(env: dict[str, str], started: list[Daemon], tmp_path: Path, journal: Path,
+                  count: int) -> list[Daemon]:
+    """One daemon on each of hosts 1..``count``, journaling, with joins that found a group in about a second."""
+    config = tmp_path / "fast-join.toml"
+    config.write_text("[timers]\nrequest_interval = 0.2\njoin_retries = 4\n")
+    prefix = env["RMP_NETNS_PREFIX"]
+    for i in range(1, count + 1):
+        started.append(Daemon(tmp_path, f"h{i}", bind=f"10.77.0.{i}", journal=journal, netns=f"{prefix}{i}",
+                              config=config))
+    return started[-count:]
+
+
 def listen(daemon: Daemon, group: str, count: int, out: Path) -> subprocess.Popen[bytes]:
     err = out.with_suffix(".err")
     proc = subprocess.Popen([RMP, "--socket", str(daemon.socket), "listen", group, "--count", str(count), "--json"],
@@ -80,15 +92,8 @@ def deliveries(path: Path) -> list[tuple[str, int, int, str]]:
 
 def test_four_hosts_with_loss_then_a_crash(hosts, tmp_path: Path) -> None:
     env, started = hosts
-    prefix = env["RMP_NETNS_PREFIX"]
     journal = tmp_path / "journal"
-    config = tmp_path / "fast-join.toml"
-    config.write_text("[timers]\nrequest_interval = 0.2\njoin_retries = 4\n")
-    ds = []
-    for i in range(1, HOSTS + 1):
-        d = Daemon(tmp_path, f"h{i}", bind=f"10.77.0.{i}", journal=journal, netns=f"{prefix}{i}", config=config)
-        started.append(d)
-        ds.append(d)
+    ds = start_daemons(env, started, tmp_path, journal, HOSTS)
     subprocess.run([NETNS, "loss", "0.1"], check=True, env=env)
     for d in ds:
         d.rmp("join", "ring", timeout=120)
@@ -145,15 +150,8 @@ def test_a_partition_of_one_host_from_two_heals_into_one_view(hosts, tmp_path: P
     """Host 3 is cut off from hosts 1 and 2: the two go on without it and it goes on alone (minimum partition 1).
     Once the partition heals, the smaller view merges into the larger one, with nothing typed."""
     env, started = hosts
-    prefix = env["RMP_NETNS_PREFIX"]
     journal = tmp_path / "journal"
-    config = tmp_path / "fast-join.toml"
-    config.write_text("[timers]\nrequest_interval = 0.2\njoin_retries = 4\n")
-    ds = []
-    for i in range(1, 4):
-        d = Daemon(tmp_path, f"h{i}", bind=f"10.77.0.{i}", journal=journal, netns=f"{prefix}{i}", config=config)
-        started.append(d)
-        ds.append(d)
+    ds = start_daemons(env, started, tmp_path, journal, 3)
     for d in ds:
         d.rmp("join", "ring", timeout=120)
     pids = sorted(d.pid for d in ds)

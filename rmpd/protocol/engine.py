@@ -625,6 +625,9 @@ class GroupEngine:
     def new_list_fields(self) -> tuple[tuple[tuple[ProcessId, int], ...], int]:
         return tuple(self.changes.requests_done.items()), self.changes.join_floor
 
+    def recently_heard(self, member: ProcessId, now: float) -> bool:
+        return self.liveness.recently_heard(member, now)
+
     def reformed(self, nl: NewList, initiator: bool, now: float) -> None:
         """Phase two: drop everything beyond the sync point, install the New List, go on in the new view.  Members
         that stay never deliver two orders: what lay beyond the sync point is ordered again."""

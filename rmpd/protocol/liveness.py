@@ -62,8 +62,14 @@ class Liveness:
         self.merge_target: ViewId | None = None
         """The view this member's view merges into: decided once, it holds until the membership ends."""
 
-    def heard(self, src: ProcessId, now: float) -> None:
-        self.last_heard[src] = now
+    def recently_heard(self, member: ProcessId, now: float) -> bool:
+        """``member`` spoke in a view we know within the last half of ``fail_after``: a member that failed has
+        been silent at least that long by the time anyone suspects it.  (An Alive in a view we do not know does not
+        count: it may be a new incarnation of a process whose old one is being removed.)"""
+        if not self.enabled:
+            return False
+        heard = self.last_heard.get(member)
+        return heard is not None and now - heard < self.config.fail_after / 2
 
     def resume(self, now: float) -> None:
         """A reformation ended: it heard from everyone it kept, so silence counts from now."""
@@ -124,10 +130,12 @@ class Liveness:
         if alive.src in view:
             self.elsewhere[alive.src] = now
         if self.pid not in alive.members and alive.src in view and alive.view not in self.predecessors and (
-                now - self.last_heard.get(alive.src, now) > CUT_OFF_SILENCE * self.config.alive_interval):
-            # A member of our view speaks, for a while now, only in a view that we do not know and that leaves us
-            # out: the group went on without us (a reformation cut us off).  Waiting for our own reformation to
-            # fail below the minimum partition would take several rounds of it; rejoin now instead.
+                now - self.last_heard.get(alive.src, now) > CUT_OFF_SILENCE * self.config.alive_interval) and (
+                2 * sum(m in view for m in alive.members if m != self.pid) > view.size - 1):
+            # A member of our view speaks, for a while now, only in a view that we do not know, that leaves us out
+            # and holds most of the rest of our view: the group went on without us (a reformation cut us off).
+            # Waiting for our own reformation to fail below the minimum partition would take several rounds of
+            # it; rejoin now instead.  (A view holding fewer of ours is a few members that went their own way.)
             self.stats["cut_off"] += 1
             self.cut_off(now, f"cut off: the group went on in view {alive.view} without this member")
             return False

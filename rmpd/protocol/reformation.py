@@ -128,6 +128,9 @@ class ReformationHost(Protocol):
     def new_list_fields(self) -> tuple[tuple[tuple[ProcessId, int], ...], int]:
         """What a reformation's New List carries of the group's join admission: (requests done, join floor)."""
 
+    def recently_heard(self, member: ProcessId, now: float) -> bool:
+        """``member`` spoke in a view we know lately: it is alive, though it has not voted (yet)."""
+
 
 class Reformation:
     """Suspecting failures and reforming the view, at one member."""
@@ -242,8 +245,15 @@ class Reformation:
         # gone.  One silent candidate is the common case (a crash); with more, two quiet rounds first.  A voter
         # still behind is alive and catching up: it is waited for, until recovery_patience runs out.
         silent = len(init.candidates) - len(init.votes)
-        settled = len(synced) == len(init.votes) and init.rounds >= 3 and (silent <= 1 or init.stale_rounds >= 2)
+        # A candidate that has not voted but was heard lately is alive (a busy or lossy path): never settle without
+        # it, and rather than propose without it when stuck, give this reformation up and try again.
+        alive_silent = any(self.host.recently_heard(m, now) for m in init.candidates if m not in init.votes)
+        settled = (len(synced) == len(init.votes) and init.rounds >= 3 and (silent <= 1 or init.stale_rounds >= 2)
+                   and not alive_silent)
         stuck = init.stale_rounds >= patience
+        if me_synced and stuck and alive_silent and not complete:
+            self._abort_initiation(now, "members heard lately did not vote")
+            return
         if me_synced and (complete or settled or stuck):
             self._propose(synced, now)
             return

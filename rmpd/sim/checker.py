@@ -220,9 +220,13 @@ class InvariantChecker:
                 self.fail("k-resilience", f"{node} delivered {src}#{seq} ({qos.name()}) held by {have} < {need}")
 
     def new_incarnation(self, node: str) -> None:
-        """The process restarted under the same ID: a new application, which delivered nothing yet."""
+        """The process restarted under the same ID: a new application, which holds and delivered nothing yet."""
         self.forget_views(node)
-        self.delivered[node] = type(self.delivered[node])()
+        for per_node in (self.delivered, self.has_data, self.has_ack):
+            per_node.pop(node, None)
+        self.token_checked.pop(node, None)
+        for key in [k for k in self.last_source if k[0] == node]:
+            del self.last_source[key]
 
     def forget_views(self, node: str) -> None:
         """The process left its group; if it joins again it is a new member, with a view history of its own."""

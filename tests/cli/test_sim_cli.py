@@ -34,6 +34,16 @@ def test_json_summary_has_the_promised_keys() -> None:
     assert summary["delivered"] == summary["expected"] == 2 * 3 * 20 * 3
 
 
+def test_healing_flags_report_one_view_and_convergence() -> None:
+    result = cli_runner.invoke(app, ["sim", "--members", "4", "--messages", "20", "--loss", "0.05", "--restarts", "1",
+                                     "--simultaneous", "--partition", "--seeds", "2", "--workers", "1", "--json"])
+    assert result.exit_code == 0, result.output
+    summary = last_json(result.stdout)
+    assert summary["one_view_seeds"] == 2 and summary["violations"] == 0
+    assert 0 <= summary["convergence_p50_seconds"] <= summary["convergence_p99_seconds"]
+    assert "--restarts 1 --simultaneous" in runner.SimConfig(members=4, restarts=1, simultaneous=True).replay_command(7)
+
+
 @pytest.mark.parametrize(("args", "message"), [
     (["--loss", "1.5"], "probability"),
     (["--qos", "fastest"], "must be one of"),

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from rmpd.protocol.config import EngineConfig
 from rmpd.sim.detection import CrashDetections
 from rmpd.sim.runner import QOS_CHOICES, SimConfig, run_seed
 
@@ -69,16 +70,30 @@ def test_journal_records_follow_the_trace_format(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("faults", [
-    {"crash": 1}, {"joins": 2, "leaves": 1}, {"locks": True}, {"partition": True},
+    {"crash": 1}, {"joins": 2, "leaves": 1}, {"locks": True}, {"partition": True}, {"restarts": 2},
+    {"simultaneous": True},
     {"crash": 1, "partition": True, "joins": 1, "leaves": 1, "locks": True},
-], ids=["crash", "joins-leaves", "locks", "partition", "all"])
-def test_membership_faults_keep_every_invariant(faults: dict) -> None:
+    {"crash": 1, "restarts": 2, "partition": True, "simultaneous": True},
+], ids=["crash", "joins-leaves", "locks", "partition", "restarts", "simultaneous", "all", "healing"])
+def test_membership_faults_keep_every_invariant_and_end_in_one_view(faults: dict) -> None:
     config = SimConfig(members=5, senders=3, messages=40, loss=0.1, qos="mixed", **faults)
     for seed in (1, 2, 3):
         r = run_seed(config, seed)
         assert r.violations == [], (seed, r.violations)
         assert r.quiescent and r.liveness, seed
+        assert r.one_view, f"seed {seed}: the live members did not end in one view"
         assert r.views_installed >= 1
+
+
+def test_a_member_restarted_on_its_process_id_is_a_new_incarnation_in_the_one_view() -> None:
+    """A restart on the same ID neither waits for failure detection (the token site replaces the old incarnation)
+    nor delivers what the old one delivered (the checker counts a same-ID restart as a new application)."""
+    config = SimConfig(members=4, senders=2, messages=60, loss=0.05, qos="total", restarts=1)
+    for seed in (1, 2, 3, 4):
+        r = run_seed(config, seed)
+        assert r.violations == [] and r.one_view, seed
+        assert r.stats.get("incarnations_replaced", 0) + r.stats.get("suspected_restarted", 0) >= 1, seed
+        assert r.convergence_seconds < EngineConfig().fail_after, (seed, r.convergence_seconds)
 
 
 def test_a_crashed_member_is_removed_within_the_papers_order_of_time() -> None:

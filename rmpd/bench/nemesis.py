@@ -332,6 +332,7 @@ async def _read(stream: Stream, group: Any, pid: str, conn: int) -> None:
     import rmpd
 
     undelivered_type = getattr(rmpd, "Undelivered", None)
+    rejoining_type = getattr(rmpd, "Rejoining", None)
     log = stream.log
     async for batch in group.batches():
         for event in batch:
@@ -352,6 +353,8 @@ async def _read(stream: Stream, group: Any, pid: str, conn: int) -> None:
                 for message, seq in list(stream.waiting.items()):
                     if seq in stream.reported:
                         stream.outcome(message)
+            elif rejoining_type is not None and isinstance(event, rejoining_type):
+                log.write(e="rejoining", conn=conn, reason=str(getattr(event, "reason", "")))
     log.write(e="group-ended", conn=conn)
 
 
@@ -713,6 +716,7 @@ def tally(logs: dict[int, Path]) -> dict[str, Any]:
     undelivered: set[tuple[int, int, int]] = set()
     ended: dict[tuple[int, int], str] = {}
     unanswered = 0
+    events: Counter[str] = Counter()
     sent_at: dict[str, float] = {}
     latency: list[float] = []
     undelivered_event = False
@@ -734,7 +738,10 @@ def tally(logs: dict[int, Path]) -> dict[str, Any]:
                 unanswered += 1
             elif kind == "refused":
                 refused[str(record["error"])] += 1
+            elif kind in ("rejoining", "view", "attach", "down"):
+                events[kind] += 1
             elif kind == "undelivered":
+                events[kind] += 1
                 undelivered.update((host, int(record["conn"]), int(s)) for s in record["seqs"])
             elif kind == "lost":
                 ended[(host, int(record["conn"]))] = str(record["error"])
@@ -782,6 +789,7 @@ def tally(logs: dict[int, Path]) -> dict[str, Any]:
         "delivery_seconds_p99": _rounded(percentile(latency, 99)),
         "lost_examples": lost_examples,
         "undelivered_event": undelivered_event,
+        "client_events": dict(events),
     }
 
 
@@ -823,10 +831,12 @@ def run(options: Options, console: Console) -> dict[str, Any]:
     say(f"nemesis: {options.hosts} hosts, {options.seconds:.0f} s, seed {options.seed}, loss {options.loss:.0%} "
         f"between faults; files in {workdir}")
     cluster = Cluster(options, workdir, say)
+    load_before = os.getloadavg()
     with ExitStack() as cleanup:
         cleanup.callback(cluster.close)
         cleanup.enter_context(_sigterm_interrupts())
         result = trio.run(orchestrate, cluster, options, say)
+    load_after = os.getloadavg()
     messages = tally({h: cluster.client_log(h) for h in cluster.hosts})
     verdict: dict[str, Any] = {"exit": None, "ok": None}
     if options.audit:
@@ -846,6 +856,8 @@ def run(options: Options, console: Console) -> dict[str, Any]:
         "fault_log": [asdict(r) for r in records],
         "elapsed_seconds": round(time.monotonic() - started, 1), "workdir": str(workdir),
         "netns_prefix": options.prefix,
+        "load_average": {"before": [round(x, 2) for x in load_before], "after": [round(x, 2) for x in load_after],
+                         "cores": os.cpu_count()},
     }
     report["ok"] = bool(one_view and messages["lost_unreported"] == 0 and verdict["ok"] is not False)
     (workdir / "report.json").write_text(json.dumps(report, indent=2) + "\n")
@@ -890,6 +902,9 @@ def summary(report: dict[str, Any]) -> Table:
                                              f"{messages['delivery_seconds_p99']} s"),
         ("duplicates / seq mismatches", f"{messages['duplicates']} / {messages['seq_mismatches']}"),
         ("audit", audit_text),
+        ("load average (1 min) before / after", f"{report['load_average']['before'][0]} / "
+                                                f"{report['load_average']['after'][0]} on "
+                                                f"{report['load_average']['cores']} cores"),
         ("verdict", "PASS" if report["ok"] else "FAIL"),
         ("files", report["workdir"]),
     ]

@@ -10,6 +10,7 @@ import typer
 
 import rmpd
 from rmpd.client import Client
+from rmpd.client.errors import single_error
 from rmpd.protocol.qos import QoS
 
 from .client_common import JsonOption, emit_json, err, run_with_client
@@ -50,26 +51,54 @@ def send(
     handler: Annotated[int | None, typer.Option(min=0, max=5, help="Handler number carried by the message.")] = None,
     json_out: Annotated[bool, JsonOption] = False,
 ) -> None:
-    """Multicast messages to GROUP through the local daemon (joining it for the duration if needed)."""
+    """Multicast messages to GROUP through the local daemon (joining it for the duration if needed).
+
+    Each message counts as sent once the daemon accepted and numbered it.  Messages the daemon reports it will not
+    deliver (its membership ended first, see docs/operations.md) are named on stderr, and the exit status is 1."""
     payloads = [] if stdin else _payloads(message, count, size)
     level = QoS.parse(qos)
 
-    async def body(client: Client) -> list[int]:
+    async def body(client: Client) -> tuple[list[int], list[int]]:
         group_handle = await client.join(group)
-        if stdin:  # each line goes out as it is read, so `tail -f log | rmp send G --stdin` streams
-            seqs = [await group_handle.send(line.rstrip(b"\n"), qos=level, handler=handler)
-                    async for line in trio.wrap_file(sys.stdin.buffer)]
-        else:
-            seqs = [await group_handle.send(p, qos=level, handler=handler) for p in payloads]
-        await group_handle.leave()
-        return seqs
+        undelivered: list[int] = []
 
-    seqs = run_with_client(ctx, body)
+        async def watch() -> None:
+            # Read the group's events while sending: a long stream is never cut off as a slow reader, and what the
+            # daemon reports undelivered is seen.
+            async for event in group_handle:
+                if isinstance(event, rmpd.Undelivered):
+                    undelivered.extend(event.seqs)
+                    err.print(f"not delivered: {len(event.seqs)} message(s) to {group} ({event.reason}): seqs "
+                              f"{_seq_list(event.seqs)}", highlight=False)
+                elif isinstance(event, rmpd.Rejoining):
+                    err.print(f"the daemon is rejoining {group} ({event.reason})", highlight=False)
+
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(watch)
+                if stdin:  # each line goes out as it is read, so `tail -f log | rmp send G --stdin` streams
+                    seqs = [await group_handle.send(line.rstrip(b"\n"), qos=level, handler=handler)
+                            async for line in trio.wrap_file(sys.stdin.buffer)]
+                else:
+                    seqs = [await group_handle.send(p, qos=level, handler=handler) for p in payloads]
+                await group_handle.leave()  # ends the group's events, and with them the watch
+        except BaseExceptionGroup as errors:
+            raise single_error(errors) from None  # a refusal prints as one line, as without the watch
+        return seqs, undelivered
+
+    seqs, undelivered = run_with_client(ctx, body)
     if json_out:
         emit_json({"group": group, "sent": len(seqs), "qos": level.name(), "seqs": [seqs[0], seqs[-1]] if seqs
-                   else []})
+                   else [], "undelivered": undelivered})
     else:
         err.print(f"sent {len(seqs)} message(s) to {group} ({level.name()})", highlight=False)
+    if undelivered:
+        raise typer.Exit(1)
+
+
+def _seq_list(seqs: tuple[int, ...], shown: int = 20) -> str:
+    text = ", ".join(map(str, seqs[:shown]))
+    return text + (f" and {len(seqs) - shown} more" if len(seqs) > shown else "")
 
 
 def _delivery_json(event: rmpd.Delivery) -> dict[str, Any]:
@@ -96,6 +125,11 @@ def listen(
             if isinstance(event, rmpd.ViewChange):
                 err.print(f"view {event.view}: {', '.join(event.members)}", highlight=False)
                 continue
+            if isinstance(event, rmpd.Rejoining):
+                err.print(f"membership ended ({event.reason}); the daemon is rejoining {group}", highlight=False)
+                continue
+            if not isinstance(event, rmpd.Delivery):
+                continue  # an Undelivered: this command sends nothing
             seen += 1
             if json_out:
                 emit_json(_delivery_json(event))

@@ -17,7 +17,9 @@ if TYPE_CHECKING:
         Delivery,
         Group,
         Node,
+        Rejoining,
         RmpdError,
+        Undelivered,
         ViewChange,
         connect,
     )
@@ -26,11 +28,12 @@ if TYPE_CHECKING:
 _EXPORTS = {
     "connect": "rmpd.client", "Client": "rmpd.client", "Node": "rmpd.client", "Group": "rmpd.client",
     "Delivery": "rmpd.client", "ViewChange": "rmpd.client", "RmpdError": "rmpd.client",
-    "ConnectionLost": "rmpd.client", "CallRequest": "rmpd.client", "QoS": "rmpd.protocol.qos",
+    "ConnectionLost": "rmpd.client", "CallRequest": "rmpd.client", "Undelivered": "rmpd.client",
+    "Rejoining": "rmpd.client", "QoS": "rmpd.protocol.qos",
 }
 
-__all__ = ["CallRequest", "Client", "ConnectionLost", "Delivery", "Group", "Node", "QoS", "RmpdError", "ViewChange",
-           "connect"]
+__all__ = ["CallRequest", "Client", "ConnectionLost", "Delivery", "Group", "Node", "QoS", "Rejoining", "RmpdError",
+           "Undelivered", "ViewChange", "connect"]
 
 
 def __getattr__(name: str) -> Any:

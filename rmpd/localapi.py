@@ -320,6 +320,13 @@ EVENT_DELIVERIES = "deliveries"
 EVENT_VIEW = "view"
 EVENT_LEFT = "left"
 EVENT_REQUEST = "request"
+EVENT_UNDELIVERED = "undelivered"
+"""Messages of this client that the daemon will not see delivered: its membership of the group ended first."""
+EVENT_REJOINING = "rejoining"
+"""The daemon's membership of the group ended without a leave; it joins again by itself and the client stays."""
+MAX_REPORTED_SEQS = 1 << 20
+"""Sequence numbers one ``undelivered`` event may carry: far above what a group's send backlog holds, and a bound
+on what a hostile daemon can make a client build."""
 
 
 class DeliveryRun(NamedTuple):
@@ -360,6 +367,23 @@ def view_event(group: str, view: str, members: list[str], ts: int | None) -> dic
 
 def left_event(group: str, reason: str) -> dict[str, Any]:
     return {"event": EVENT_LEFT, "group": group, "reason": reason}
+
+
+def undelivered_event(group: str, seqs: list[int], reason: str) -> dict[str, Any]:
+    """``seqs``: the sequence numbers this client's ``send`` and ``send_batch`` requests were answered with."""
+    return {"event": EVENT_UNDELIVERED, "group": group, "seqs": seqs, "reason": reason}
+
+
+def decode_seqs_untrusted(seqs: Any) -> tuple[int, ...]:
+    """An ``undelivered`` event's sequence numbers, or FrameError when they are not a list of whole numbers."""
+    if (not isinstance(seqs, list) or len(seqs) > MAX_REPORTED_SEQS
+            or not all(type(seq) is int and seq >= 0 for seq in seqs)):
+        raise FrameError(BAD_FRAME, "seqs must be a list of non-negative integers")
+    return tuple(seqs)
+
+
+def rejoining_event(group: str, reason: str) -> dict[str, Any]:
+    return {"event": EVENT_REJOINING, "group": group, "reason": reason}
 
 
 def call_request_event(group: str, caller: str, conn: int, stamp: int, handler: int, payload: bytes,

@@ -23,7 +23,7 @@ from rmpd.protocol.qos import QoS
 
 from .batching import Coalescer, Poster, SendBatch
 from .errors import ConnectionLost, RmpdError, single_error
-from .events import CallRequest, Delivery, ViewChange, make_delivery
+from .events import CallRequest, Delivery, Rejoining, Undelivered, ViewChange, make_delivery
 from .group import Group, JoinOnce
 
 
@@ -263,6 +263,11 @@ class Client:
             await group._feed_deliveries(deliveries)
         elif kind == localapi.EVENT_VIEW:
             await group._feed_wait(ViewChange(frame["view"], tuple(frame["members"]), group.name))
+        elif kind == localapi.EVENT_UNDELIVERED:
+            seqs = localapi.decode_seqs_untrusted(frame.get("seqs"))
+            await group._feed_wait(Undelivered(seqs, str(frame.get("reason", "")), group.name))
+        elif kind == localapi.EVENT_REJOINING:
+            await group._feed_wait(Rejoining(str(frame.get("reason", "")), group.name))
         elif kind == localapi.EVENT_REQUEST:
             group._feed_call(CallRequest(frame["payload"], frame["caller"], frame["conn"], frame["stamp"],
                                          frame["handler"], group.name, frame["view"], self._reply))

@@ -1,4 +1,6 @@
-"""What iterating a Group yields: deliveries and view changes, in the order the group delivered them."""
+"""What iterating a Group yields: deliveries and view changes, in the order the group delivered them, and what the
+program is told when its membership ends without a leave: the messages it sent that it will not see delivered
+(Undelivered), and that the process joins the group again (Rejoining)."""
 
 from __future__ import annotations
 
@@ -45,6 +47,35 @@ class ViewChange:
 
 
 @dataclass(frozen=True, slots=True)
+class Undelivered:
+    """Messages this program sent to the group that it will not see delivered: the process's membership ended
+    first (it was cut off, its side fell below the minimum partition, reformations kept failing).
+
+    ``seqs`` are the sequence numbers ``send`` returned (posted messages have theirs too, though ``post`` does not
+    return them); messages sent together may share one number (they travel in one packet), and then the number
+    stands for all of them.  Every number ``send`` returned (at any QoS but unreliable) ends up either in a Delivery
+    of this program's own message or in an Undelivered.  Not delivered *here*: the members that went on
+    without this process may still have delivered some of them (those that reached them before the cut), so a
+    program that sends one again may have it delivered twice (docs/protocol.md, "Nothing lost in silence")."""
+
+    seqs: tuple[int, ...]
+    reason: str
+    """Why the membership ended, as the protocol says it (e.g. the partition below the minimum)."""
+    group: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Rejoining:
+    """The process's membership of the group ended without the program leaving (cut off, below the minimum
+    partition, or its view merged into another), and it joins the group again by itself.  The Group goes on:
+    until the next ViewChange, ``send`` and ``post`` are refused with ``not-member`` (the message says the process
+    is rejoining); an Undelivered before this event names what the ended membership did not deliver."""
+
+    reason: str
+    group: str = ""
+
+
+@dataclass(frozen=True, slots=True)
 class CallRequest:
     """A non-member's call, for this member to answer because it holds the call's handler lock.
 
@@ -70,4 +101,4 @@ class CallRequest:
         await self._reply(self, bytes(payload))
 
 
-Event = Delivery | ViewChange
+Event = Delivery | ViewChange | Undelivered | Rejoining

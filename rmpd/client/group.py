@@ -17,7 +17,7 @@ import trio
 from rmpd.protocol.qos import QoS
 
 from .errors import RmpdError
-from .events import CallRequest, Delivery, Event, ViewChange
+from .events import CallRequest, Delivery, Event, Rejoining, Undelivered, ViewChange
 
 EVENT_BUFFER = 10_000
 
@@ -160,7 +160,7 @@ class GroupStatistics:
     """What a group holds for the program at one moment (``Group.statistics``), as trio's channels report theirs."""
 
     events_queued: int
-    """Deliveries and view changes received and not yet read."""
+    """Deliveries, view changes and the rest received and not yet read."""
     posts_pending: int
     """Messages posted to the group and not yet accepted or refused."""
     unread_calls_dropped: int
@@ -178,7 +178,11 @@ class Backend(Protocol):
 
 
 class Group:
-    """A joined group: send to it, iterate its deliveries and view changes, inspect and lock, leave."""
+    """A joined group: send to it, iterate its deliveries and view changes, inspect and lock, leave.
+
+    Iterating also yields :class:`Undelivered` (messages this program sent that it will not see delivered: the
+    membership ended first) and :class:`Rejoining` (the membership ended by itself and the process joins again;
+    the Group goes on with the next ViewChange)."""
 
     def __init__(self, backend: Backend, name: str, view: str, members: list[str]) -> None:
         self._backend = backend
@@ -199,6 +203,10 @@ class Group:
         """Queue a view change even past EVENT_BUFFER: a reader behind still sees every view, in its place
         among the deliveries (the embedded node slows the group meanwhile)."""
         self.view, self._members = event.view, list(event.members)
+        self._events.put_over((event,))
+
+    def _feed_event(self, event: Undelivered | Rejoining) -> None:
+        """Queue what the program must be told about its membership even past EVENT_BUFFER, as a view change."""
         self._events.put_over((event,))
 
     async def _feed_wait(self, event: Event) -> None:
@@ -246,7 +254,13 @@ class Group:
     # The API
 
     async def send(self, payload: bytes, *, qos: QoS = QoS.TOTAL, handler: int | None = None) -> int:
-        """Multicast ``payload`` to the group; returns its per-source sequence number."""
+        """Multicast ``payload`` to the group; returns its per-source sequence number once the process accepted
+        and numbered it.  From then on it is either delivered in the group (this program sees its own Delivery) or
+        named by an :class:`Undelivered` event, with the reason; unreliable messages promise neither.  Refused
+        with RmpdError instead: ``not-member`` while the process is between memberships (rejoining: retry after
+        the next ViewChange), ``send-refused`` while it leaves, ``message-too-large``.  A connection to the daemon
+        lost first (ConnectionLost, which also ends the iteration) leaves unknown what became of the messages not
+        yet seen delivered."""
         if not isinstance(payload, bytes | bytearray | memoryview):
             raise TypeError("payload must be bytes")
         return await self._backend._send(self.name, bytes(payload), qos, handler)
@@ -304,7 +318,7 @@ class Group:
     def __aiter__(self) -> Group:
         return self
 
-    async def __anext__(self) -> Delivery | ViewChange:
+    async def __anext__(self) -> Event:
         try:
             item = await self._events.get()
         except trio.EndOfChannel:
@@ -314,7 +328,7 @@ class Group:
         self._check_caught_up()
         return item
 
-    async def batches(self, max_events: int = 1024) -> AsyncIterator[list[Delivery | ViewChange]]:
+    async def batches(self, max_events: int = 1024) -> AsyncIterator[list[Event]]:
         """The same events as iterating the group, as lists of what has arrived (at most ``max_events``, at least
         one): ``async for batch in group.batches(): ...``.  For a program that reads a busy group, as JGroups'
         ``receive(MessageBatch)``: one wake-up per list instead of per event.  Ends, or raises the error that ended

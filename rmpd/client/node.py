@@ -2,7 +2,9 @@
 
 For programs that are group members themselves (no daemon in between): the node owns the UDP sockets and runs the
 same :class:`rmpd.runtime.loop.ProcessLoop` the daemon runs.  Engine events are turned into Group events here;
-requests that wait for the protocol (join, lock) park a trio.Event until the matching event arrives.
+requests that wait for the protocol (join, lock) park a trio.Event until the matching event arrives.  As through a
+daemon, a membership that ends first reports the messages the program sent and will not see delivered
+(:class:`rmpd.Undelivered`), and one that ends by itself is rejoined (:class:`rmpd.Rejoining`, then the next view).
 """
 
 from __future__ import annotations
@@ -22,12 +24,13 @@ from rmpd.protocol.config import EngineConfig
 from rmpd.protocol.events import CallAnswered, Delivered, JoinFailed, Left, LockResult, ViewInstalled
 from rmpd.protocol.events import CallRequest as EngineCallRequest
 from rmpd.protocol.events import Event as EngineEvent
+from rmpd.protocol.events import Undelivered as EngineUndelivered
 from rmpd.protocol.ids import view_name
 from rmpd.protocol.limits import BadArgument, check_message_size
 from rmpd.protocol.naming import DEFAULT_RANGE
 from rmpd.protocol.process import NotMember
 from rmpd.protocol.qos import QoS
-from rmpd.runtime.adapter import Application, LockRequests
+from rmpd.runtime.adapter import Application, LockRequests, OwnMessages
 from rmpd.runtime.auth import DatagramGuard, load_key_file
 from rmpd.runtime.journal import FlushingJournal
 from rmpd.runtime.loop import ProcessLoop
@@ -35,7 +38,7 @@ from rmpd.runtime.net import interface_address, loopback_interface, max_packet_f
 
 from .batching import Coalescer, Poster, SendBatch
 from .errors import RmpdError, single_error
-from .events import CallRequest, ViewChange, make_delivery
+from .events import CallRequest, Rejoining, Undelivered, ViewChange, make_delivery
 from .group import EVENT_BUFFER, Group, JoinOnce
 
 
@@ -103,6 +106,11 @@ class Node:
         self._coalescer = Coalescer(self._poster, self._hand_over_batch, self._wait_for_room)
         self._app: Application | None = None
         """Join waiters, rejoin on Left and the overrun rule, as the daemon's hub has them too."""
+        self._me = ""
+        """This node's process ID, once it runs: own deliveries are told apart by it."""
+        self._own: OwnMessages[Node] = OwnMessages()
+        """The messages this program sent and has not seen delivered, as the hub keeps its clients' (one sender
+        here: the program)."""
         self.stats: Counter[str] = Counter()
         self._cm = None
         self._stopped: RmpdError | None = None
@@ -124,6 +132,7 @@ class Node:
                                  address_range=self._range, ttl=self._ttl, multicast=self._multicast,
                                  journal=journal, guard=self._guard)
         self._loop.application = self
+        self._me = self._loop.pid
         self._app = Application(self._loop, self.stats)
         self._locks = LockRequests(self._loop)
         self._cm = trio.open_nursery()
@@ -232,12 +241,18 @@ class Node:
             check_message_size(self._config, payload, qos)
 
     def _hand_over(self, group: str, payloads: list[bytes], qos: QoS, handler: int | None) -> list[int]:
-        """Give the engine ``payloads`` in order; their sequence numbers, or RmpdError."""
+        """Give the engine ``payloads`` in order; their sequence numbers, or RmpdError.  One step: the messages are
+        kept as the program's before the drain can deliver them (a group of one delivers at once)."""
+        loop = self._require()
         try:
-            with _refused():
-                seqs = self._require().send_many(group, payloads, qos, handler)
-        except NotMember as exc:
-            raise RmpdError("not-member", str(exc)) from None
+            with _refused(), loop.one_step():
+                seqs = loop.send_many(group, payloads, qos, handler)
+                if seqs is not None:
+                    self._own.sent(group, seqs, qos, self)
+        except NotMember:
+            assert self._app is not None
+            raise RmpdError("not-member", f"this node is {self._app.not_member(group, attached=group in self._groups)}"
+                            ) from None
         if seqs is None:
             raise RmpdError("send-refused", f"this node is leaving {group!r}")
         return seqs
@@ -322,6 +337,17 @@ class Node:
 
     # A reader behind: section 4.6
 
+    def _report_undelivered(self, name: str, reason: str, named: EngineUndelivered | None = None) -> None:
+        """The membership of ``name`` ended: the program's messages not delivered here, in one event (``named`` by
+        the engine as never ordered, or ordered and not delivered here yet)."""
+        per_sender, unclaimed = self._own.ended(name, named)
+        self.stats["undelivered_unclaimed"] += unclaimed  # a non-member's calls this node relayed
+        seqs = per_sender.get(self)
+        group = self._groups.get(name)
+        if seqs and group is not None:
+            self.stats["undelivered_reported"] += len(seqs)
+            group._feed_event(Undelivered(seqs, reason, name))
+
     def _check_overrun(self) -> None:
         """After each drain: a group whose reader has EVENT_BUFFER events unread stops accepting the token until the
         reader is down to half of that (as the daemon does for its clients), instead of dropping deliveries; a
@@ -361,6 +387,8 @@ class Node:
 
     def _on_event(self, event: EngineEvent) -> None:
         if type(event) is Delivered:  # the common case first: one per delivered packet
+            if event.src == self._me:
+                self._own.delivered(event.group, event.seq, event.qos)
             group = self._groups.get(event.group)
             if group is not None:
                 make, src, seq, qos, ts, view, name, handler = (make_delivery, event.src, event.seq, event.qos,
@@ -390,13 +418,22 @@ class Node:
             for wait, _owner in self._locks.answered(event) if self._locks is not None else ():
                 wait.granted = event.granted
                 wait.done.set()
+        elif isinstance(event, EngineUndelivered):
+            self._report_undelivered(event.group, event.reason, event)
         elif isinstance(event, Left) and event.rejoining:
-            # Cut off or merged: the process joins again by itself and the group goes on in the view that follows;
-            # locks do not survive the membership that held them.
+            # Cut off or merged: the process joins again by itself and the group goes on in the view that follows
+            # (the program is told now); locks do not survive the membership that held them.
+            self._report_undelivered(event.group, event.reason)
+            if self._app is not None:
+                self._app.membership_ended(event)
+            if group is not None:
+                group._feed_event(Rejoining(event.reason, event.group))
             for wait in self._locks.ended(event.group) if self._locks is not None else ():
                 wait.error = RmpdError("left", event.reason)
                 wait.done.set()
         elif isinstance(event, Left | JoinFailed):
+            if isinstance(event, Left):
+                self._report_undelivered(event.group, event.reason)
             if self._app is not None and self._app.ended(event):
                 return  # asked to join again while still leaving: joined again (the group waiting is the new one)
             error = RmpdError("join-failed" if isinstance(event, JoinFailed) else "left", event.reason)

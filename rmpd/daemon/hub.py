@@ -1,12 +1,17 @@
 """The daemon's shared state between local clients and its one RMP process.
 
 The daemon is one member of each group; several local clients may be attached to one group, and each delivery is
-fanned out to all of them in the order the engine delivered it.  Membership taken with a persistent join
-(``rmp join``) stays until a persistent leave (``rmp leave``), also across restarts: it is recorded in the state
-directory and rejoined at start, with the config's ``groups`` (rmpd.daemon.memberships).  Otherwise the daemon
-leaves a group once its last attached client leaves or disconnects.  Handler locks are held by the daemon in the
-view, but each belongs to the local client that took it: only that client may release it, and it is released when
-that client goes away.
+fanned out to all of them in the order the engine delivered it.  What a send gave each client is kept until the
+message is delivered here, so that when the membership ends first each client is told its own messages
+(``undelivered``), and only its own: the sequence numbers are the process's, shared by all its clients.  A
+membership that ends by itself (``Left.rejoining``) is rejoined with the clients still attached; they are told
+(``rejoining``), and their sends are refused as not-member, saying so, until the next view.
+
+Membership taken with a persistent join (``rmp join``) stays until a persistent leave (``rmp leave``), also across
+restarts: it is recorded in the state directory and rejoined at start, with the config's ``groups``
+(rmpd.daemon.memberships).  Otherwise the daemon leaves a group once its last attached client leaves or
+disconnects.  Handler locks are held by the daemon in the view, but each belongs to the local client that took it:
+only that client may release it, and it is released when that client goes away.
 
 Requests are answered without blocking the loop: those that wait for the protocol (join, lock, unlock) are parked
 here and answered from :meth:`on_event` when the engine's answer arrives.
@@ -37,7 +42,7 @@ from rmpd.protocol.ids import view_name
 from rmpd.protocol.limits import BadArgument
 from rmpd.protocol.process import NotMember
 from rmpd.protocol.status import GroupStatus
-from rmpd.runtime.adapter import OVERRUN_GRACE, Application, LockBusy, LockRequests
+from rmpd.runtime.adapter import OVERRUN_GRACE, Application, LockBusy, LockRequests, OwnMessages
 from rmpd.runtime.loop import ProcessLoop
 
 from .memberships import Membership, MembershipFile
@@ -122,6 +127,8 @@ class Hub:
         """Deliveries of the current drain per group, not yet pushed to clients, one run per packet delivered."""
         self.app = Application(loop, self.stats)
         """Join waiters, rejoin on Left, and the overrun rule, as the embedded node has them too."""
+        self.own: OwnMessages[Session] = OwnMessages()
+        """Which client each message sent here and not yet delivered here belongs to."""
         self.overrun_frames = overrun_frames
 
     # ------------------------------------------------------------------------------------------------------------
@@ -185,10 +192,11 @@ class Hub:
         session.on_written = self._client_caught_up
 
     def remove(self, session: Session) -> None:
-        """A client went away: detach it from its groups and give back its locks."""
+        """A client went away: detach it from its groups, forget what it sent, and give back its locks."""
         self.sessions.discard(session)
         for group in list(session.groups):
             self._detach(session, group)
+        self.own.forget(session)  # sent to a group it had left already
         self.app.forget(lambda reply: isinstance(reply, SessionReply) and reply.session is session)
         for parked in self.send_waiters.values():
             parked[:] = [w for w in parked if w[0] is not session]
@@ -204,6 +212,7 @@ class Hub:
     def _detach(self, session: Session, group: str) -> None:
         session.groups.discard(group)
         self.attached[group].discard(session)
+        self.own.forget(session, group)
         if not self.attached[group]:
             del self.attached[group]
             if group not in self.persistent and not self.shutting_down:
@@ -240,7 +249,9 @@ class Hub:
             return
         except NotMember as exc:
             self.stats["requests_refused"] += 1
-            session.push(localapi.error_reply(rid, localapi.NOT_MEMBER, str(exc)))
+            group = frame.get("group")
+            refusal = self._not_member(session, group) if isinstance(group, str) else None
+            session.push(localapi.error_reply(rid, localapi.NOT_MEMBER, refusal.message if refusal else str(exc)))
             return
         except Exception as exc:  # a bug must cost one request, never the daemon
             self.stats["requests_failed"] += 1
@@ -249,6 +260,12 @@ class Hub:
             return
         if result is not None:
             session.push(localapi.ok_reply(rid, result))
+
+    def _not_member(self, session: Session, group: str) -> RequestError:
+        """The refusal of a request that needs the daemon in a view of ``group``: saying whether it rejoins (retry
+        after the next view) or was never asked to join."""
+        return RequestError(localapi.NOT_MEMBER,
+                            f"the daemon is {self.app.not_member(group, attached=group in session.groups)}")
 
     def _op_hello(self, session: Session, request: Request) -> dict[str, Any]:
         limits = self.loop.process.config  # a client checks each message against these before batching it
@@ -279,10 +296,12 @@ class Hub:
 
     def _buffers(self, group: str, status: GroupStatus | None) -> dict[str, int]:
         """What the group holds in memory here: OrderingQ slots, data packets, own packets in flight and queued,
-        and the bytes queued for its local clients."""
+        the bytes queued for its local clients, and the sequence numbers given to clients whose message was not
+        delivered here yet (``own_pending``)."""
         held = {"orderingq": status.orderingq_slots, "packets": status.packets_held, "in_flight": status.in_flight,
                 "send_queue": status.send_queue} if status is not None else {}
-        return {**held, "client_bytes": sum(s.queued_bytes for s in self.attached.get(group, ()))}
+        return {**held, "client_bytes": sum(s.queued_bytes for s in self.attached.get(group, ())),
+                "own_pending": self.own.held(group)}
 
     def _op_join(self, session: Session, request: Request) -> dict[str, Any] | None:
         group = request.group
@@ -335,9 +354,14 @@ class Hub:
     def _send(self, session: Session, request: Request, payloads: list[bytes]) -> dict[str, Any] | None:
         group = request.group
         if not self.loop.is_member(group):
-            raise RequestError(localapi.NOT_MEMBER, f"the daemon is not in a view of {group!r} (join it first)")
+            raise self._not_member(session, group)
         # The engine checks every message before it accepts any (BadArgument): a batch is taken or refused whole.
-        seqs = self.loop.send_many(group, payloads, request.qos, request.handler)
+        # One step: the messages are kept as this client's before the drain can deliver them (a group of one
+        # delivers at once).
+        with self.loop.one_step():
+            seqs = self.loop.send_many(group, payloads, request.qos, request.handler)
+            if seqs is not None:
+                self.own.sent(group, seqs, request.qos, session)
         if seqs is None:
             raise RequestError(localapi.SEND_REFUSED, f"the daemon is leaving {group!r}")
         self.stats["sends"] += len(seqs)
@@ -394,7 +418,7 @@ class Hub:
     def _op_members(self, session: Session, request: Request) -> dict[str, Any]:
         view = self.loop.view(request.group)
         if view is None:
-            raise RequestError(localapi.NOT_MEMBER, f"the daemon is not in a view of {request.group!r}")
+            raise self._not_member(session, request.group)
         return {"view": str(view.view_id), "members": list(view.members),
                 "unicast_only": sorted(view.unicast_only), "locks": [list(x) for x in view.locks]}
 
@@ -403,7 +427,7 @@ class Hub:
         owner: Owner = PERSISTENT if request.persist else session
         view = self.loop.view(request.group)
         if view is None:
-            raise RequestError(localapi.NOT_MEMBER, f"the daemon is not in a view of {request.group!r}")
+            raise self._not_member(session, request.group)
         if key in self.lock_owner:
             if self.lock_owner[key] is owner:
                 return {"granted": True, "lock": request.lock}
@@ -440,12 +464,15 @@ class Hub:
         """One drain's events, in order; then what the drain changed: deliveries pushed, parked sends answered,
         readers behind checked."""
         deliveries = self.deliveries
+        me = self.loop.pid
         for event in events:
             if type(event) is Delivered:
                 # Gathered and sent as one frame per group after the drain: a busy group costs one frame per
                 # batch.  A packet's messages travel as one run: its fields once, then its payloads (from 0).
                 deliveries[event.group].append(DeliveryRun(event.src, event.seq, qos_name(event.qos), event.ts,
                                                            view_name(event.view), event.handler, 0, event.payloads))
+                if event.src == me:
+                    self.own.delivered(event.group, event.seq, event.qos)
             else:
                 self._send_deliveries(event.group)  # whatever was delivered before this event goes first
                 self.on_event(event)
@@ -477,6 +504,7 @@ class Hub:
             self.stats["undelivered"] += len(event.seqs)
             log.warning("%d message(s) of %s not delivered here (%s): seqs %s", len(event.seqs), event.group,
                         event.reason, ", ".join(map(str, event.seqs[:20])))
+            self._report_undelivered(event.group, event.reason, event)
         elif isinstance(event, SendRefused):
             self.stats["sends_refused"] += 1
             log.warning("send refused in %s: %s", event.group, event.reason)
@@ -548,13 +576,30 @@ class Hub:
                 session.push(localapi.error_reply(rid, localapi.LOCK_DENIED,
                                                   f"{event.op} of lock {event.lock} was refused by the group"))
 
+    def _report_undelivered(self, group: str, reason: str, named: Undelivered | None = None) -> None:
+        """The membership of ``group`` ended: tell each client attached to it which of the messages it sent were
+        not delivered here (``named`` by the engine as never ordered, or ordered and not delivered here yet)."""
+        per_client, unclaimed = self.own.ended(group, named)
+        attached = self.attached.get(group, set())
+        for session, seqs in per_client.items():
+            if session in attached:
+                self.stats["undelivered_reported"] += len(seqs)
+                session.push(localapi.undelivered_event(group, list(seqs), reason))
+        if unclaimed:
+            self.stats["undelivered_unclaimed"] += unclaimed  # relayed calls, or clients gone meanwhile
+
     def _gone(self, event: Left | JoinFailed) -> None:
         group = event.group
+        if isinstance(event, Left):
+            self._report_undelivered(group, event.reason)  # ordered, not delivered here (usually nothing)
         if isinstance(event, Left) and event.rejoining:
-            # Cut off or merged: the process joins again by itself, and the clients stay in the group; the
-            # view that follows tells them where they are.  Locks do not survive the membership that held them.
+            # Cut off or merged: the process joins again by itself, and the clients stay in the group, told so
+            # now; the view that follows tells them where they are.  Locks do not survive the membership that
+            # held them.
             log.warning("membership of %s ended (%s); rejoining", group, event.reason)
             self.stats["rejoins"] += 1
+            self.app.membership_ended(event)
+            self._fan_out(group, localapi.rejoining_event(group, event.reason))
             for session, rid in self.locks.ended(group):
                 session.push(localapi.error_reply(rid, localapi.LEFT, f"left {group!r}: {event.reason}"))
             for key in [k for k in self.lock_owner if k[0] == group]:

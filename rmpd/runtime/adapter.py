@@ -2,9 +2,11 @@
 for its own program.
 
 Both park a join until the process is in a view of the group, join again when a join was asked for while the
-process was still on its way out of the group (its ``Left`` comes first), explain a join that failed, keep one lock
-request per lock in flight (``LockRequests``), and hold a group's token back while a reader of it is behind
-(section 4.6), cutting that reader off after OVERRUN_GRACE.
+process was still on its way out of the group (its ``Left`` comes first), explain a join that failed, say why a
+send is refused while the process rejoins, keep one lock request per lock in flight (``LockRequests``), hold a
+group's token back while a reader of it is behind (section 4.6), cutting that reader off after OVERRUN_GRACE, and
+keep which messages each sender was given until they are delivered, so that a membership that ends first reports
+them to their sender (``OwnMessages``).
 They differ in who waits (a client's request, or a task) and in what "behind" and "cut off" mean; those they pass
 in.  The adapter makes its requests through the loop, so when it runs from an application's ``handle_events``
 they are drained after it, never inside the drain that produced the event.
@@ -19,7 +21,8 @@ from typing import Any, Generic, Protocol, TypeVar
 import trio
 
 from rmpd.localapi import JOIN_FAILED, LEFT
-from rmpd.protocol.events import JoinFailed, Left, LockResult, ViewInstalled
+from rmpd.protocol.events import JoinFailed, Left, LockResult, Undelivered, ViewInstalled
+from rmpd.protocol.qos import Level, QoS
 from rmpd.protocol.view import View
 
 from .loop import ProcessLoop
@@ -49,6 +52,9 @@ class Application:
         """Groups whose process holds the token back because a reader is behind, and since when."""
         self.stopping = False
         """Set on shutdown: a Left no longer leads to a rejoin."""
+        self.rejoining: dict[str, str] = {}
+        """Groups whose membership ended by itself (``Left.rejoining``) and that are not in a view again yet, with
+        the reason: a send meanwhile is refused, and the refusal says so."""
 
     # ------------------------------------------------------------------------------------------------------------
     # Joins
@@ -73,6 +79,7 @@ class Application:
     def view_installed(self, event: ViewInstalled) -> None:
         """Answer the group's join waiters, unless this is a view installed on the way out of a membership."""
         if self.loop.is_member(event.group):
+            self.rejoining.pop(event.group, None)
             answer = {"view": str(event.view), "members": list(event.members)}
             for reply in self.join_waiters.pop(event.group, []):
                 reply.ok(answer)
@@ -81,6 +88,7 @@ class Application:
         """A membership or a join ended.  True when a join was asked for meanwhile and the process joins again
         (the membership goes on for the application); otherwise the join waiters get the error."""
         group = event.group
+        self.rejoining.pop(group, None)
         if isinstance(event, Left) and self.join_waiters.get(group) and not self.stopping:
             self._rejoin(group)
             return True
@@ -89,6 +97,24 @@ class Application:
         for reply in self.join_waiters.pop(group, []):
             reply.fail(code, message)
         return False
+
+    def membership_ended(self, event: Left) -> None:
+        """A membership ended by itself and the process joins again (``Left.rejoining``): the application's
+        membership goes on, but until the next view a send has no view to go to."""
+        self.rejoining[event.group] = event.reason
+
+    def not_member(self, group: str, *, attached: bool) -> str:
+        """Why a send to ``group`` was refused as not-member, in words that tell a program between two memberships
+        (retry after the next view) from one that never joined.  ``attached``: the sender has joined the group."""
+        reason = self.rejoining.get(group)
+        if reason is not None:
+            return (f"not in a view of {group!r}: rejoining it (the membership ended: {reason}); sends are refused "
+                    f"until the next view")
+        if attached and self.loop.is_leaving(group):
+            return f"not in a view of {group!r}: leaving its view to join the group again (a merge, or a leave)"
+        if attached and group in self.loop.groups():
+            return f"not in a view of {group!r} yet: joining it"
+        return f"not in a view of {group!r} (join it first)"
 
     def _rejoin(self, group: str) -> None:
         try:
@@ -134,6 +160,72 @@ class Application:
 
 W = TypeVar("W")
 """Whoever waits for a lock answer: a client's request (the hub) or a task (the node)."""
+
+S = TypeVar("S")
+"""Whoever sent a message: a client's session (the hub) or the program (the node)."""
+
+
+class OwnMessages(Generic[S]):
+    """The sequence numbers this process's ``send`` gave each sender, per group, until the message is delivered
+    here: when the membership ends first, each sender is told its own (docs/protocol.md, "Nothing lost in
+    silence").
+
+    The engine's ``Undelivered`` names the process's messages not yet ordered; a daemon has many clients, and the
+    numbers alone do not say whose they are, so the sender of each is kept here.  A message delivered here is
+    forgotten (it was not lost, and a busy sender must not grow this).  What is still kept when the membership ends
+    was ordered but not delivered here (a safe message not yet stable, say): the sender will not see it here
+    either, so it is reported with the rest.  Messages packed into one packet share its number: each of their
+    senders is told it.  Numbers nobody here was given (a non-member's call this member relayed into the order,
+    a sender gone meanwhile) are left out.  Unreliable messages are not kept: they have a numbering of their own,
+    and no delivery is promised for them."""
+
+    def __init__(self) -> None:
+        self.groups: dict[str, dict[int, list[S]]] = {}
+        """Per group: sequence number -> the senders given it (usually one)."""
+
+    def sent(self, group: str, seqs: list[int], qos: QoS, sender: S) -> None:
+        """``send`` gave ``sender`` these numbers (in a group the process is a member of)."""
+        if qos.level == Level.UNRELIABLE:
+            return
+        table = self.groups.setdefault(group, {})
+        for seq in dict.fromkeys(seqs):  # a batch packed into few packets repeats their numbers
+            senders = table.get(seq)
+            if senders is None:
+                table[seq] = [sender]
+            elif sender not in senders:
+                senders.append(sender)
+
+    def delivered(self, group: str, seq: int, qos: QoS) -> None:
+        """An own message was delivered here (called only for own deliveries: the caller checks the source)."""
+        table = self.groups.get(group)
+        if table and qos.level != Level.UNRELIABLE:
+            table.pop(seq, None)
+
+    def ended(self, group: str, named: Undelivered | None = None) -> tuple[dict[S, tuple[int, ...]], int]:
+        """The membership of ``group`` ended (``named``: the engine's report of what it had not ordered): per
+        sender, its messages not delivered here, in order; and how many of the named numbers no sender here waits
+        for (a relayed call, a sender gone, a message of unordered QoS this process delivered as it sent it)."""
+        table = self.groups.pop(group, {})
+        unclaimed = sum(1 for seq in named.seqs if seq not in table) if named is not None else 0
+        per_sender: dict[S, list[int]] = {}
+        for seq in sorted(table):
+            for sender in table[seq]:
+                per_sender.setdefault(sender, []).append(seq)
+        return {sender: tuple(seqs) for sender, seqs in per_sender.items()}, unclaimed
+
+    def forget(self, sender: S, group: str | None = None) -> None:
+        """``sender`` went away (from ``group``, or from all): nobody is left to tell about its messages."""
+        for name in [group] if group is not None else list(self.groups):
+            table = self.groups.get(name, {})
+            for seq in [s for s, senders in table.items() if sender in senders]:
+                senders = table[seq]
+                senders.remove(sender)
+                if not senders:
+                    del table[seq]
+
+    def held(self, group: str) -> int:
+        """Sequence numbers of ``group`` kept (``rmp status``: ``own_pending``; tests check it drains)."""
+        return len(self.groups.get(group, ()))
 
 
 class LockBusy(Exception):
@@ -182,4 +274,4 @@ class LockRequests(Generic[W]):
         return gone
 
 
-__all__ = ["OVERRUN_GRACE", "Application", "LockBusy", "LockRequests", "Reply"]
+__all__ = ["OVERRUN_GRACE", "Application", "LockBusy", "LockRequests", "OwnMessages", "Reply"]

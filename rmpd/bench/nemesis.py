@@ -29,7 +29,7 @@ import tempfile
 import time
 from collections import Counter
 from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager, suppress
+from contextlib import suppress
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, TextIO
@@ -832,10 +832,10 @@ def run(options: Options, console: Console) -> dict[str, Any]:
         f"between faults; files in {workdir}")
     cluster = Cluster(options, workdir, say)
     load_before = os.getloadavg()
-    with ExitStack() as cleanup:
-        cleanup.callback(cluster.close)
-        cleanup.enter_context(_sigterm_interrupts())
-        result = trio.run(orchestrate, cluster, options, say)
+    try:
+        result = trio.run(orchestrate_until_told, cluster, options, say)
+    finally:
+        cluster.close()
     load_after = os.getloadavg()
     messages = tally({h: cluster.client_log(h) for h in cluster.hosts})
     verdict: dict[str, Any] = {"exit": None, "ok": None}
@@ -864,14 +864,37 @@ def run(options: Options, console: Console) -> dict[str, Any]:
     return report
 
 
-@contextmanager
-def _sigterm_interrupts() -> Iterator[None]:
-    """SIGTERM stops a run as Ctrl-C does, so the namespaces and daemons are cleaned up either way."""
-    previous = signal.signal(signal.SIGTERM, signal.default_int_handler)
+class Interrupted(Exception):
+    """The run was told to stop (SIGTERM or SIGINT) before it was over."""
+
+
+async def orchestrate_until_told(cluster: Cluster, options: Options, say: Any) -> dict[str, Any]:
+    """``orchestrate``, ended by SIGTERM or SIGINT as by an error: the caller's cleanup then removes the daemons,
+    the clients and the namespaces.  (Raised from a trio task, not from a signal handler that would interrupt trio
+    itself wherever it is.)"""
+    result: dict[str, Any] = {}
     try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
+        async with trio.open_nursery() as nursery:
+
+            async def told() -> None:
+                with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+                    async for signum in signals:
+                        raise Interrupted(signal.Signals(signum).name)
+
+            nursery.start_soon(told)
+            result = await orchestrate(cluster, options, say)
+            nursery.cancel_scope.cancel()
+    except BaseExceptionGroup as group:
+        raise single_error(group) from None
+    return result
+
+
+def single_error(group: BaseExceptionGroup) -> BaseException:
+    """The one exception inside nested groups of one, else the group itself."""
+    error: BaseException = group
+    while isinstance(error, BaseExceptionGroup) and len(error.exceptions) == 1:
+        error = error.exceptions[0]
+    return error
 
 
 def summary(report: dict[str, Any]) -> Table:
@@ -948,7 +971,11 @@ def main(
                       config=config, min_partition=min_partition, converge_timeout=converge_timeout, drain=drain,
                       audit=not no_audit, master=master)
     errors = Console(stderr=True)
-    report = run(options, errors)
+    try:
+        report = run(options, errors)
+    except Interrupted as exc:
+        errors.print(f"nemesis: stopped by {exc}; daemons, clients and namespaces removed")
+        raise typer.Exit(130) from None
     if as_json:
         errors.print(summary(report))
         print(json.dumps(report))

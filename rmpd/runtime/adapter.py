@@ -204,7 +204,7 @@ class OwnMessages(Generic[S]):
     def ended(self, group: str, named: Undelivered | None = None) -> tuple[dict[S, tuple[int, ...]], int]:
         """The membership of ``group`` ended (``named``: the engine's report of what it had not ordered): per
         sender, its messages not delivered here, in order; and how many of the named numbers no sender here waits
-        for (a relayed call, a sender gone, a message of unordered QoS this process delivered as it sent it)."""
+        for (a relayed call, a sender gone, a message of unordered or source QoS delivered here as it went out)."""
         table = self.groups.pop(group, {})
         unclaimed = sum(1 for seq in named.seqs if seq not in table) if named is not None else 0
         per_sender: dict[S, list[int]] = {}

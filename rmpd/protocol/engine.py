@@ -383,9 +383,14 @@ class GroupEngine:
                 reformation.commit(committed, now)  # the initiator committed: so do we
         view = views.known.get(packet.view)  # type: ignore[arg-type]
         if view is None:
-            if kind is Data and not self.departed and self.ordering.q.ts_of((src, packet.seq)) is not None:  # type: ignore[attr-defined]
-                # Sent in a view before ours (before we joined, or before a reformation ordered it again) and
-                # ordered by an ACK we hold: that ACK vouches for its identity, and we need it to deliver.
+            if kind is Data and not self.departed and (
+                    self.ordering.q.ts_of((src, packet.seq)) is not None  # type: ignore[attr-defined]
+                    or (self.frozen and (src in views.current or src in self.ordering.ordered_upto))):
+                # Sent in a view before ours (before we joined, or before a reformation ordered it again): taken
+                # when an ACK we hold orders it (the ACK vouches for its identity) or, during a reformation, from a
+                # source our group's order has named, whose packets the shared sync point may name.  A source never
+                # reuses a sequence number (a rejoin goes on from its last, a restart starts above), so (source,
+                # sequence number) names one packet.
                 self.stats["data_of_earlier_view"] += 1
                 if self.config.journal:
                     self.outbox.record_packet("recv", packet, now)

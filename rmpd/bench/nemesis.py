@@ -564,6 +564,10 @@ class Monitor:
                 return look.end
         return None
 
+    def split(self, start: float, end: float) -> bool:
+        """Whether a look begun between ``start`` and ``end`` found the hosts not in one view of all of them."""
+        return any(not look.one_view for look in self.looks if start <= look.start <= end)
+
     async def wait_one_view(self, after: float, timeout: float) -> float | None:
         with trio.move_on_after(timeout):
             while True:
@@ -602,6 +606,9 @@ class FaultRecord:
     healed: float
     recovered_after: float | None = None
     """Seconds from the heal (or restart) to one view of all hosts, when seen before the next fault began."""
+    split: bool = False
+    """Some look between the fault's start and that one view found the hosts not in one view of all of them: the
+    fault broke the view (a partition or loss burst shorter than ``fail_after`` often does not)."""
 
 
 async def run_faults(cluster: Cluster, monitor: Monitor, faults: list[Fault], say: Any) -> tuple[list[FaultRecord],
@@ -620,6 +627,7 @@ async def run_faults(cluster: Cluster, monitor: Monitor, faults: list[Fault], sa
             last = records[-1]
             seen = monitor.first_one_view(t0 + last.healed, began)
             last.recovered_after = None if seen is None else round(seen - t0 - last.healed, 2)
+            last.split = monitor.split(t0 + last.began, began if seen is None else seen)
         say(f"{began - t0:6.1f}s  {fault.describe(cluster.n)}")
         if fault.kind in (KILL, RESTART_ALL):
             await trio.to_thread.run_sync(lambda f=fault: [cluster.kill(h) for h in f.hosts])
@@ -670,6 +678,7 @@ async def orchestrate(cluster: Cluster, options: Options, say: Any) -> dict[str,
         seen = await monitor.wait_one_view(last_heal, options.converge_timeout)
         if records:
             records[-1].recovered_after = None if seen is None else round(seen - last_fault, 2)
+            records[-1].split = monitor.split(t0 + records[-1].began, trio.current_time() if seen is None else seen)
         result["convergence_seconds"] = None if seen is None else round(seen - last_heal, 2)
         say(f"{trio.current_time() - t0:6.1f}s  " + (f"one view of all {cluster.n} hosts {seen - last_heal:.2f} s "
                                                     f"after the last heal" if seen is not None else
@@ -844,6 +853,7 @@ def run(options: Options, console: Console) -> dict[str, Any]:
         verdict = audit([cluster.journal(h) for h in cluster.hosts], workdir, options.master)
     records: list[FaultRecord] = result.pop("faults")
     recoveries = [r.recovered_after for r in records[:-1] if r.recovered_after is not None]
+    split = [r.recovered_after for r in records[:-1] if r.recovered_after is not None and r.split]
     convergence = result["convergence_seconds"]
     one_view = convergence is not None and result["one_view_at_end"]
     report = {
@@ -851,7 +861,10 @@ def run(options: Options, console: Console) -> dict[str, Any]:
         "rate": options.rate, "faults": dict(Counter(r.kind for r in records)),
         "one_view": one_view, **result,
         "recovery_between_faults": {"faults": len(records) - 1, "recovered": len(recoveries),
-                                    "p50": percentile(recoveries, 50), "max": max(recoveries, default=None)},
+                                    "p50": percentile(recoveries, 50), "max": max(recoveries, default=None),
+                                    "split": len([r for r in records[:-1] if r.split]), "split_recovered": len(split),
+                                    "split_p50": percentile(split, 50), "split_max": max(split, default=None)},
+        "last_fault": {"kind": records[-1].kind, "split": records[-1].split} if records else None,
         "messages": messages, "audit": verdict,
         "fault_log": [asdict(r) for r in records],
         "elapsed_seconds": round(time.monotonic() - started, 1), "workdir": str(workdir),
@@ -911,10 +924,16 @@ def summary(report: dict[str, Any]) -> Table:
     rows = [
         ("faults", ", ".join(f"{k} x{v}" for k, v in sorted(report["faults"].items()))),
         ("one view of all hosts", "yes" if report["one_view"] else "NO"),
-        ("convergence after the last heal", "never" if convergence is None else f"{convergence:.2f} s"),
+        ("convergence after the last heal", ("never" if convergence is None else f"{convergence:.2f} s")
+         + (f" (last fault {report['last_fault']['kind']}, "
+            f"{'broke the view' if report['last_fault']['split'] else 'view never broken'})"
+            if report["last_fault"] else "")),
         ("recovered between faults", f"{between['recovered']} of {between['faults']}"
                                      + (f", p50 {between['p50']:.2f} s, max {between['max']:.2f} s"
                                         if between["recovered"] else "")),
+        ("  of those that broke the view", f"{between['split_recovered']} of {between['split']}"
+                                           + (f", p50 {between['split_p50']:.2f} s, max {between['split_max']:.2f} s"
+                                              if between["split_recovered"] else "")),
         ("messages sent (seq returned)", str(messages["sent"])),
         ("  delivered to the sender", str(messages["delivered"])),
         ("  reported: Undelivered", str(messages["reported_undelivered"])),

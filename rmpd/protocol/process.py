@@ -399,7 +399,7 @@ class RmpProcess:
         wish = self.rejoin_wishes.get(group)
         if wish is None:
             return
-        recent = now - 4 * self.config.rto_max * self.config.join_retries
+        recent = now - 2 * self.config.rto_max  # asking right now: a joiner resends at least every rto_max
         wishers = {pid for pid, at in wish.wishers.items() if at >= recent} | {self.pid}
         if not wish.group_heard and len(wishers) >= wish.needed and min(wishers) == self.pid:
             del self.rejoin_wishes[group]

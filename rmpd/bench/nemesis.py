@@ -182,6 +182,8 @@ class Stream:
         recorded here: the reader and the sender are two tasks)."""
         self.delivered_early: set[str] = set()
         """Own messages delivered before their send's seq was recorded here."""
+        self.sending = False
+        """A send is on its way: the drain waits for its answer too."""
         self.down = False
         """The daemon could not be reached at the last attempt (it was killed and has not started again)."""
         self.stop = trio.Event()
@@ -196,7 +198,7 @@ class Stream:
         self._check_settled()
 
     def _check_settled(self) -> None:
-        if self.stop.is_set() and not self.waiting:
+        if self.stop.is_set() and not self.waiting and not self.sending:
             self.settled.set()
 
 
@@ -304,10 +306,12 @@ async def _send(stream: Stream, group: Any, conn: int, rate: float) -> None:
     due = trio.current_time()
     while not stream.stop.is_set():
         message = stream.next_id()
+        seq: int | None = None
+        stream.sending = True
         try:
             seq = await group.send(message.encode())
         except trio.Cancelled:
-            # The send never returned: the drain ended, or the connection did, while it waited.
+            # The send never returned: the drain's deadline passed, or the connection ended, while it waited.
             stream.log.write(e="unanswered", id=message, conn=conn)
             raise
         except rmpd.ConnectionLost:
@@ -317,12 +321,17 @@ async def _send(stream: Stream, group: Any, conn: int, rate: float) -> None:
             stream.log.write(e="refused", id=message, conn=conn, error=exc.code)
             if exc.code in ("left", "not-joined"):
                 raise
+        finally:
+            stream.sending = False
+        if seq is None:
+            stream._check_settled()
             await trio.sleep(0.5)  # not a member for now (rejoining): it says so at once, every time
             due = trio.current_time()
             continue
         stream.log.write(e="sent", id=message, conn=conn, seq=seq)
         if seq not in stream.reported and message not in stream.delivered_early:
             stream.waiting[message] = seq
+        stream._check_settled()
         due = max(due + interval, trio.current_time())
         await trio.sleep_until(due)
 

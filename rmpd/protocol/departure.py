@@ -50,6 +50,15 @@ class Departure:
         self.timers.stop(departed=True)
         self.check_finished(now)
 
+    def removed(self, now: float, leaving: bool) -> None:
+        """A New List without this member is ordered.  Unless it asked to leave, another member removed it (taken
+        for failed, or for an earlier incarnation of this process): it is alive and wants the group, so it joins
+        again."""
+        if not leaving:
+            self.rejoin = True
+            self.reason = "removed from the view by another member"
+        self.depart(now)
+
     def pass_seen(self, packet: Ack | NewList, now: float) -> None:
         """A departed member still learns what others hold, and that its last pass was confirmed."""
         self.holdings.learn(packet.src, packet.last_ts)

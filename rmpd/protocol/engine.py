@@ -598,7 +598,7 @@ class GroupEngine:
         self.departure.depart(now)  # the reason given when the leave was asked for stands
 
     def depart(self, now: float) -> None:
-        self.departure.depart(now)
+        self.departure.removed(now, self.changes.leaving)
 
     def stop(self, now: float, reason: str) -> None:
         """Leave the group after a failure this process cannot repair; its process joins again, as new, once it

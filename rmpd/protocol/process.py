@@ -7,7 +7,8 @@ records, the next deadline.
 
 Joining (paper 4.3): the process multicasts a List Change Request to the group's address and resends it until a New
 List admits it.  After ``join_retries`` unanswered requests it forms a group of its own, unless the join asked for an
-existing group only, in which case the join fails.  A request the group's SCMP filter refuses is answered: the
+existing group only, in which case the join fails; but while an Alive of the group was heard lately, it asks again
+instead (up to ``HEARD_ROUNDS`` times): the group exists.  A request the group's SCMP filter refuses is answered: the
 process asks again under a new request ID and counts its tries from zero, since the group exists.
 
 A membership that ends without the application asking (the view merged into another, or this member was cut off
@@ -58,6 +59,8 @@ class JoinAttempt:
     """Every request ID this attempt used: a New List answering any of them admits the process."""
     rejoin: bool = False
     """Made by the process for a membership that ended by itself: unanswered, it waits for the group again."""
+    rounds: int = 0
+    """Rounds of ``join_retries`` requests made again because the group could be heard (at most ``HEARD_ROUNDS``)."""
 
 
 @dataclass
@@ -80,6 +83,9 @@ class RejoinWish:
 
 
 REJOIN_BACKOFF_MAX = 30.0
+HEARD_ROUNDS = 4
+"""Rounds of join requests a join makes again, before founding or failing, while the group can be heard: its
+token may be on its way back from a failure (a restart's old incarnation is being removed)."""
 
 
 class NotMember(Exception):
@@ -126,6 +132,9 @@ class RmpProcess:
         """Per group, what this process delivered in its last membership of it (``GroupEngine`` never delivers
         it again in the next)."""
         self._join_settings: dict[str, tuple[int, int]] = {}
+        self._group_heard_at: dict[str, float] = {}
+        """When an Alive of each group this process holds no membership of was last heard: a join unanswered while
+        its group is heard is not answered yet (the token is on its way back), not a group nobody is in."""
         self._join_ids: dict[str, set[int]] = {}
         """Per group, every join request ID issued since the last membership of it began: a New List answering any
         of them admits this process, whichever attempt (a rejoin makes one after another) is running now."""
@@ -348,6 +357,7 @@ class RmpProcess:
         if engine is None:
             wish = self.rejoin_wishes.get(packet.group)
             if type(packet) is Alive:
+                self._group_heard_at[packet.group] = now
                 self._heard_group(packet.group, now)
             elif wish is not None and type(packet) is ListChangeRequest and packet.src in wish.last_view:
                 wish.wishers[packet.src] = now
@@ -417,6 +427,16 @@ class RmpProcess:
     def handle_timer(self, now: float) -> None:
         for group, attempt in list(self.joining.items()):
             if attempt.timer.expired(now):
+                heard = self._group_heard_at.get(group)
+                if attempt.tries >= self.config.join_retries and heard is not None and (
+                        now - heard <= 2 * self.config.alive_interval) and not attempt.rejoin and (
+                        attempt.rounds < HEARD_ROUNDS):
+                    # The group can be heard: founding another view of it beside it would only make a merge.
+                    self.stats["joins_kept_asking"] += 1
+                    attempt.tries = 0
+                    attempt.rounds += 1
+                    self._send_join(attempt, now)
+                    continue
                 if attempt.tries >= self.config.join_retries:
                     del self.joining[group]
                     if attempt.rejoin:

@@ -121,7 +121,7 @@ class Rotation:
                                locks=[list(x) for x in view.locks], view=str(view.view_id))
         self.changes.new_list_delivered(nl)
         if self.pid not in view:
-            self.departure.depart(now)
+            self.departure.removed(now, self.changes.leaving)
         return not self.departure.departed
 
     def _reconfirm(self, ack: Ack | NewList, now: float) -> None:

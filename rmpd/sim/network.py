@@ -53,9 +53,9 @@ class EventQueue:
     def __len__(self) -> int:
         return len(self._heap)
 
-    def kinds(self) -> Iterator[str]:
-        """The kinds of the events still to come, in no particular order."""
-        return (kind for _, _, kind, _ in self._heap)
+    def pending(self) -> Iterator[tuple[str, Any]]:
+        """The (kind, payload) of the events still to come, in no particular order."""
+        return ((kind, payload) for _, _, kind, payload in self._heap)
 
 
 class SimNetwork:

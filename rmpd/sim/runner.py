@@ -25,6 +25,7 @@ from ..protocol.engine import GroupEngine
 from ..protocol.events import CallAnswered, CallRequest, Delivered, Left, ViewInstalled
 from ..protocol.ids import ViewId
 from ..protocol.limits import MessageTooLarge
+from ..protocol.packets import PacketType
 from ..protocol.process import NotMember, RmpProcess
 from ..protocol.qos import Level, QoS
 from ..protocol.reformation import MIN_PARTITION_MAJORITY
@@ -41,6 +42,9 @@ SIM_EPOCH = 1_700_000_000.0
 GROUP = "sim"
 SETTLE_INTERVAL = 1.0
 """Virtual seconds between checks whether a run has nothing left to do (Alives go on for ever)."""
+SETTLE_CHECKS = 3
+"""Checks in a row that find nothing to do before a run ends: views that can hear each other only learn it from
+the Alives exchanged meanwhile, and then have a merge to make."""
 
 
 @dataclass(frozen=True)
@@ -301,6 +305,7 @@ class Simulation:
         self._schedule_calls()
         queue = self.queue
         queue.push(self.faults_until + SETTLE_INTERVAL, "settle", None)
+        quiet_checks = 0
         timed_out = False
         same_time, last_time = 0, -1.0
         while len(queue):
@@ -335,7 +340,8 @@ class Simulation:
             elif kind == "call":
                 self._call(payload)
             elif kind == "settle":
-                if self._settled():
+                quiet_checks = quiet_checks + 1 if self._settled() else 0
+                if quiet_checks >= SETTLE_CHECKS:
                     break
                 queue.push(queue.now + SETTLE_INTERVAL, "settle", None)
             else:
@@ -349,10 +355,12 @@ class Simulation:
     # --------------------------------------------------------------------------------------------------------------
 
     def _settled(self) -> bool:
-        """Nothing left to happen but Alives: no datagram in flight, no work or fault to come, and every live
-        process with nothing to do (``RmpProcess.quiet``)."""
-        if self.network.in_flight or any(kind not in ("timer", "settle") for kind in self.queue.kinds()):
-            return False
+        """Nothing left to happen but Alives: no datagram but Alives in flight, no work or fault to come, and every
+        live process with nothing to do (``RmpProcess.quiet``)."""
+        for kind, payload in self.queue.pending():
+            if kind not in ("timer", "settle", "datagram") or (
+                    kind == "datagram" and payload[2][3:4] != bytes((PacketType.ALIVE,))):
+                return False
         return all(p.quiet() for p in self.procs if p is not None)
 
     def _fault(self, kind: str, i: Any) -> None:
@@ -370,7 +378,9 @@ class Simulation:
             self._spawn(i).join(GROUP, now, min_partition=self.min_partition)
             self._drain(i)
         elif kind == "restart_same_id" and self.procs[i] is None:
-            self._spawn(i, same_id=True).join(GROUP, now, min_partition=self.min_partition, existing_only=True)
+            # As a daemon rejoins what it recorded: a plain join, which founds a view if nobody answers (the views
+            # merge once they hear each other).
+            self._spawn(i, same_id=True).join(GROUP, now, min_partition=self.min_partition)
             self._drain(i)
         elif kind == "leave" and self.procs[i] is not None:
             try:

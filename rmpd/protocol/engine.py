@@ -383,7 +383,8 @@ class GroupEngine:
                 reformation.commit(committed, now)  # the initiator committed: so do we
         view = views.known.get(packet.view)  # type: ignore[arg-type]
         if view is None:
-            if kind is Data and not self.departed and (
+            if kind is Data and not self.departed and packet.qos.level != Level.UNRELIABLE and (  # type: ignore[attr-defined]
+                    packet.view is not None and self._of_our_lineage(packet.view.creator)) and (
                     self.ordering.q.ts_of((src, packet.seq)) is not None  # type: ignore[attr-defined]
                     or (self.frozen and (src in views.current or src in self.ordering.ordered_upto))):
                 # Sent in a view before ours (before we joined, or before a reformation ordered it again): taken
@@ -423,6 +424,11 @@ class GroupEngine:
             return
         handler(packet, now)
         self._progress(now)
+
+    def _of_our_lineage(self, creator: ProcessId) -> bool:
+        """Could a view made by ``creator`` be one of our group's own history: a member of our view, or a source our
+        group's order named.  (Unreliable data is never taken from a view we do not know: nothing orders it.)"""
+        return creator in self.views.current or creator in self.ordering.ordered_upto
 
     def _on_request(self, request: ListChangeRequest, now: float) -> None:
         if self.departed:

@@ -20,16 +20,19 @@ __all__ = ["MEMBER", "no_duplicate", "one_order", "source_order", "total_order"]
 
 
 def claims(records: DataFrame) -> DataFrame:
-    """Every claim of what occupies a (group, view, ts) slot: ``node, group, view, ts, what, qos``.
+    """Every claim of what data or ACK occupies a (group, view, ts) slot: ``node, group, view, ts, what, qos``.
 
-    Claims come from deliveries that carry a timestamp, from ACKs sent or received (the ACK itself takes ``ts``, the
-    data it orders ``ts+1``, ``ts+2``, ...) and from New Lists of views some process installed (at their ``ts``).
+    Claims come from deliveries that carry a timestamp, from ACKs sent or received (the ACK itself takes ``ts``,
+    the data it orders ``ts+1``, ``ts+2``, ...) and from New Lists that name their own view (a change of the lock
+    table, which installs no view and is placed by the token site like an ACK).  One token per view means one of
+    these per slot, so the claims must agree across every process, whichever side of a later partition it ended
+    on.  New Lists of new views are judged apart (``past_new_list``): a reformation's New List takes the slot after
+    its sync point, which an ACK nobody in the new view delivered may have claimed before.
     """
     delivered = records.where((F.col("event") == "deliver") & F.col("ts").isNotNull()).select(
         "node", "group", "view", "ts", data_id(F.col("src"), F.col("seq"), F.col("qos")).alias("what"), "qos"
     )
-    packets = records.where(F.col("event").isin("send", "recv"))
-    acks = packets.where(F.col("packet") == "ack")
+    acks = records.where(F.col("event").isin("send", "recv") & (F.col("packet") == "ack"))
     ack_itself = acks.select(
         "node", "group", "view", "ts", F.concat_ws("|", F.lit("ack"), "src").alias("what"), F.lit(None).alias("qos")
     )
@@ -41,14 +44,50 @@ def claims(records: DataFrame) -> DataFrame:
             data_id(F.col("o")[0], F.col("o")[1], F.col("oqos")).alias("what"), F.col("oqos").alias("qos"),
         )
     )
-    # A reformation's New List is a proposal until committed: an aborted one may be followed by a different New
-    # List at the same timestamp.  Only New Lists whose view some process installed are ordering decisions.
-    installed = records.where(F.col("event") == "view").select("group", F.col("view").alias("new_view")).distinct()
-    new_lists = packets.where(F.col("packet") == "new_list").join(installed, ["group", "new_view"], "left_semi").select(
+    same_view = records.where(
+        F.col("event").isin("send", "recv") & (F.col("packet") == "new_list") & (F.col("new_view") == F.col("view"))
+    ).select(
         "node", "group", "view", "ts", F.concat_ws("|", F.lit("new_list"), "new_view").alias("what"),
         F.lit(None).alias("qos"),
     )
-    return delivered.unionByName(ack_itself).unionByName(ordered).unionByName(new_lists).where("ts IS NOT NULL")
+    return (
+        delivered.unionByName(ack_itself).unionByName(ordered).unionByName(same_view).where("ts IS NOT NULL")
+    )
+
+
+def installed_new_lists(records: DataFrame) -> DataFrame:
+    """``node, group, view, ts, new_view``: each New List some process installed, once per process that did.
+
+    ``view`` and ``ts`` are the slot of the old view the New List took (a ``view`` record carries the timestamp of
+    the New List that installed it).  A New List nobody installed was a reformation's proposal that aborted, not an
+    ordering decision, and a different New List may follow it at the same timestamp; a process that only received
+    a New List (from the other side of a partition) did not take it.
+    """
+    new_lists = (
+        records.where(
+            F.col("event").isin("send", "recv") & (F.col("packet") == "new_list") & (F.col("view") != F.col("new_view"))
+        )
+        .select("group", "view", "ts", "new_view").distinct()
+    )
+    installs = records.where(F.col("event") == "view").select("node", "group", F.col("view").alias("new_view"), "ts")
+    return new_lists.join(installs.distinct(), ["group", "new_view", "ts"])
+
+
+def past_new_list(records: DataFrame) -> DataFrame:
+    """Deliveries of a view at or past the slot of a New List their member then installed (example rows).
+
+    A member installs a New List once it has delivered every slot before it and nothing after it (delivery takes
+    a consecutive prefix, and committing a reformation drops every slot past its sync point), so everyone who
+    installs one view agrees that its New List holds that slot.  Processes that went on to different views (the
+    two sides of a partition, or a token site cut off right after its ACK) may each have filled the slot
+    differently: the paper's total order promises one order to the processes that stay together, and the
+    resilient QoS levels with a majority minimum partition promise more, which k-resilience checks.
+    """
+    new_lists = installed_new_lists(records).withColumnRenamed("ts", "nl_ts")
+    delivered = records.where((F.col("event") == "deliver") & F.col("ts").isNotNull()).select(
+        "node", "group", "view", "ts", "src", "seq"
+    )
+    return delivered.join(new_lists, ["node", "group", "view"]).where(F.col("ts") >= F.col("nl_ts"))
 
 
 def slots(records: DataFrame) -> DataFrame:
@@ -127,11 +166,13 @@ def skipped(ranges: DataFrame, known: DataFrame, delivered: DataFrame, scope: li
 
 
 def one_order(records: DataFrame) -> Check:
-    """``one-order``: every process agrees on what each (view, timestamp) holds."""
+    """``one-order``: every process agrees on the data and ACK each (view, timestamp) holds, and no process
+    installs a New List at a slot it delivered something else at (or past)."""
     per_slot = slots(records)
     bad = per_slot.where(F.col("a") != F.col("b"))
     parts = F.split(F.col("a"), r"\|")
     is_data = parts[0] == "data"
+    overrun = past_new_list(records)
     return Check(
         "one-order",
         per_slot,
@@ -139,6 +180,13 @@ def one_order(records: DataFrame) -> Check:
             bad, node=F.col("node"), view=F.col("view"), ts=F.col("ts"),
             src=F.when(is_data, parts[1]), seq=F.when(is_data, parts[2]),
             detail=F.concat(F.lit("slot holds "), F.col("a"), F.lit(" and "), F.col("b")),
+        ).unionByName(
+            example(
+                overrun, node=F.col("node"), view=F.col("view"), ts=F.col("ts"), src=F.col("src"),
+                seq=F.col("seq"),
+                detail=F.concat(F.lit("delivered at or past ts "), F.col("nl_ts").cast("string"),
+                                F.lit(", the New List of "), F.col("new_view"), F.lit(" it installed")),
+            )
         ),
     )
 

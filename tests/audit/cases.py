@@ -110,7 +110,57 @@ def abort_a_proposal(recs: Records) -> None:
     recs[first:first] = proposals
 
 
-VARIANTS: dict[str, Callable[[Records], None]] = {"clean-aborted-proposal": abort_a_proposal}
+def split_after_an_ack(recs: Records) -> None:
+    """The last view splits: C, its token site, orders and delivers a message of its own with an ACK nobody else
+    hears, and reforms alone; A and B reform without it and put their New List at the slot C's ACK took.  The
+    slot holds two things, but for processes that went on to different views, which the paper's total order
+    allows: A and B agree with each other, and C delivered nothing they delivered in another order."""
+    a, b, c = NODES
+    view = recs[-1]["view"]
+    group = recs[-1]["group"]
+    last = max(r["ts"] for r in recs if r["view"] == view and r["event"] == "token")
+    seq = 1 + max(r["seq"] for r in recs if r["event"] == "send" and r.get("packet") == "data" and r["src"] == c)
+    creator, _, counter = view.rpartition("/")
+    ours, theirs = f"{a}/{int(counter) + 1}", f"{c}/{int(counter) + 2}"
+    base = recs[-1] | {"ts": None, "src": None, "seq": None, "qos": None}
+    for key in ("conn", "msg_ts", "accepted"):
+        base.pop(key, None)
+    recs += [
+        base | {"node": c, "event": "send", "packet": "data", "src": c, "seq": seq, "qos": "total"},
+        base | {"node": c, "event": "send", "packet": "ack", "ts": last + 1, "src": c, "next": a,
+                "orders": [[c, seq, "total"]]},
+        base | {"node": c, "event": "deliver", "ts": last + 2, "src": c, "seq": seq, "qos": "total", "size": 100,
+                "holders": 1},
+        base | {"node": c, "event": "send", "packet": "new_list", "ts": last + 3, "src": c, "next": c,
+                "orders": [], "members": [c], "new_view": theirs},
+        base | {"node": c, "event": "view", "view": theirs, "ts": last + 3, "members": [c]},
+    ]
+    new_list = {"packet": "new_list", "ts": last + 1, "src": a, "next": b, "orders": [], "members": [a, b],
+                "new_view": ours}
+    recs += [
+        base | {"node": a, "event": "send"} | new_list,
+        base | {"node": b, "event": "recv"} | new_list,
+        base | {"node": a, "event": "view", "view": ours, "ts": last + 1, "members": [a, b]},
+        base | {"node": b, "event": "view", "view": ours, "ts": last + 1, "members": [a, b]},
+    ]
+    assert all(r["group"] == group for r in recs)
+
+
+def new_list_on_a_delivered_slot(recs: Records) -> None:
+    """The first New List is placed at the last slot that ordered data, which every member delivered before
+    installing it: a member would take one slot for two things."""
+    first_view = recs[0]["view"]
+    last_data = max(r["ts"] for r in recs if r["event"] == "deliver" and r["view"] == first_view and r.get("ts"))
+    new_view = next(r["new_view"] for r in recs if r.get("packet") == "new_list")
+    for i, r in enumerate(recs):
+        if r.get("new_view") == new_view or (r["event"] == "view" and r["view"] == new_view):
+            recs[i] = r | {"ts": last_data}
+
+
+VARIANTS: dict[str, Callable[[Records], None]] = {
+    "clean-aborted-proposal": abort_a_proposal,
+    "clean-split-after-an-ack": split_after_an_ack,
+}
 """Clean traces with something unusual in them that breaks nothing."""
 
 BREAKERS: dict[str, Callable[[Records], None]] = {
@@ -126,10 +176,17 @@ BREAKERS: dict[str, Callable[[Records], None]] = {
 }
 
 
+MORE_BREAKERS: dict[str, tuple[str, Callable[[Records], None]]] = {
+    "one-order-new-list": ("one-order", new_list_on_a_delivered_slot),
+}
+"""Further ways to break an invariant: case name -> (the invariant broken, the change)."""
+
+
 def write_case(root: Path, name: str, base: int, gz: bool = False, rotate: int = 0) -> Path:
-    """Write case ``name`` (an invariant to break, or ``clean``) into ``root/name`` as group ``name``."""
+    """Write case ``name`` (an invariant to break, a further breaker, or a clean variant) into ``root/name`` as
+    group ``name``."""
     recs = clean(name, base)
-    change = BREAKERS.get(name) or VARIANTS.get(name)
+    change = BREAKERS.get(name) or VARIANTS.get(name) or MORE_BREAKERS.get(name, (None, None))[1]
     if change is not None:
         change(recs)
     out = root / name

@@ -14,9 +14,9 @@ from rmpd.audit.job import run_audit
 from rmpd.audit.report import AuditReport
 from rmpd.audit.schema import INVARIANTS
 
-from .cases import BREAKERS, write_case
+from .cases import BREAKERS, MORE_BREAKERS, VARIANTS, write_case
 
-CLEAN = ("clean", "clean-gz-rotated", "clean-aborted-proposal")
+CLEAN = ("clean", "clean-gz-rotated", *VARIANTS)
 
 
 @pytest.fixture(scope="module")
@@ -26,7 +26,8 @@ def combined(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> A
         write_case(root, name, base=1000 * (n + 1))
     write_case(root, "clean", base=50_000)
     write_case(root, "clean-gz-rotated", base=60_000, gz=True, rotate=17)
-    write_case(root, "clean-aborted-proposal", base=70_000)
+    for n, name in enumerate([*VARIANTS, *MORE_BREAKERS]):
+        write_case(root, name, base=70_000 + 1000 * n)
     (root / "README.txt").write_text("not a journal; directories only take *.jsonl[.gz]\n")
     return run_audit(spark, [str(root)], examples=1000)
 
@@ -44,6 +45,11 @@ def test_every_invariant_is_checked(combined: AuditReport) -> None:
 @pytest.mark.parametrize("invariant", list(BREAKERS))
 def test_breaking_one_invariant_names_only_it(combined: AuditReport, invariant: str) -> None:
     assert violated_in(combined, invariant) == {invariant}
+
+
+@pytest.mark.parametrize("case", list(MORE_BREAKERS))
+def test_each_further_breaker_names_only_its_invariant(combined: AuditReport, case: str) -> None:
+    assert violated_in(combined, case) == {MORE_BREAKERS[case][0]}
 
 
 def test_examples_name_the_culprit(combined: AuditReport) -> None:

@@ -7,6 +7,9 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
+from rich.markup import escape
+
+from rmpd.audit.inputs import EXIT_UNREADABLE, INSTALL_HINT, UnreadableInput, check_local
 
 audit_app = typer.Typer()
 
@@ -31,21 +34,30 @@ def audit(
 
     Exit status: 0 every invariant holds, 1 some invariant is violated, 2 the input could not be read.
     """
-    # Spark is imported here so that `rmp --help` and the other commands start fast.
-    from rmpd.audit.job import run_audit
-    from rmpd.audit.read import UnreadableInput
-    from rmpd.audit.report import EXIT_UNREADABLE, render
-    from rmpd.audit.session import get_session
-
     err = Console(stderr=True)
     if not paths and not pcap:
         err.print("[red]error:[/red] give at least one journal PATH or --pcap FILE")
         raise typer.Exit(EXIT_UNREADABLE)
+    try:
+        check_local(list(paths or []), list(pcap or []))
+    except UnreadableInput as exc:  # answered before Spark starts, which takes seconds
+        err.print(f"[red]unreadable input:[/red] {escape(str(exc))}", soft_wrap=True)
+        raise typer.Exit(EXIT_UNREADABLE) from None
+    try:
+        # Spark is imported here so that `rmp --help` and the other commands start fast, and run without it.
+        from rmpd.audit.job import run_audit
+        from rmpd.audit.report import render
+        from rmpd.audit.session import get_session
+    except ImportError as exc:
+        if (exc.name or "").split(".")[0] not in ("pyspark", "py4j"):
+            raise
+        err.print(f"[red]error:[/red] {escape(INSTALL_HINT)}", soft_wrap=True)
+        raise typer.Exit(EXIT_UNREADABLE) from None
     spark = get_session(master)
     try:
         report = run_audit(spark, list(paths or []), list(pcap or []), examples)
     except UnreadableInput as exc:
-        err.print(f"[red]unreadable input:[/red] {exc}", soft_wrap=True)
+        err.print(f"[red]unreadable input:[/red] {escape(str(exc))}", soft_wrap=True)
         raise typer.Exit(EXIT_UNREADABLE) from None
     render(report, Console(soft_wrap=True))
     if json_out is not None:

@@ -20,22 +20,9 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from .columns import qos_name
+from .inputs import JOURNAL_SUFFIXES, UnreadableInput
 from .position import positioned, splits
 from .schema import COLUMNS, CORRUPT, EVENTS, JOURNAL_SCHEMA, SCHEMA_VERSION
-
-JOURNAL_SUFFIXES = (".jsonl", ".jsonl.gz", ".json", ".json.gz")
-"""File names taken from directories; files named explicitly are read whatever their name."""
-
-
-class UnreadableInput(Exception):
-    """Input that cannot be audited: a missing path, no journal files, or a record that does not parse."""
-
-    def __init__(self, file: str, line: int | None, reason: str) -> None:
-        where = file if line is None else f"{file}:{line}"
-        super().__init__(f"{where}: {reason}")
-        self.file = file
-        self.line = line
-        self.reason = reason
 
 
 @dataclass(frozen=True)

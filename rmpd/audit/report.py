@@ -21,7 +21,6 @@ from .schema import EXAMPLE_FIELDS
 
 EXIT_OK = 0
 EXIT_VIOLATED = 1
-EXIT_UNREADABLE = 2
 
 _RECORDS = "\0records"
 

@@ -120,7 +120,7 @@ def split_after_an_ack(recs: Records) -> None:
     group = recs[-1]["group"]
     last = max(r["ts"] for r in recs if r["view"] == view and r["event"] == "token")
     seq = 1 + max(r["seq"] for r in recs if r["event"] == "send" and r.get("packet") == "data" and r["src"] == c)
-    creator, _, counter = view.rpartition("/")
+    counter = view.rpartition("/")[2]
     ours, theirs = f"{a}/{int(counter) + 1}", f"{c}/{int(counter) + 2}"
     base = recs[-1] | {"ts": None, "src": None, "seq": None, "qos": None}
     for key in ("conn", "msg_ts", "accepted"):

@@ -16,6 +16,7 @@ import typer
 from rmpd.daemon.config import ConfigError, load_config
 from rmpd.daemon.daemon import run_daemon
 from rmpd.daemon.memberships import MembershipFileError
+from rmpd.daemon.metrics_http import MetricsAddressError
 from rmpd.daemon.server import SocketInUse
 from rmpd.runtime.auth import generate_key_file
 from rmpd.scmp.latest import LatestStoreError
@@ -42,12 +43,15 @@ def run(
     state_dir: Annotated[Path | None, typer.Option(
         help="Where SCMP's latest and the groups to rejoin are kept across restarts [default: $STATE_DIRECTORY, "
              "/var/lib/rmpd as root, ~/.local/state/rmpd].")] = None,
+    metrics: Annotated[str | None, typer.Option(
+        help="Serve Prometheus metrics at http://HOST:PORT/metrics, e.g. 127.0.0.1:9464 [default: off].")] = None,
 ) -> None:
     """Run the daemon until SIGTERM, which leaves every group and exits 0.  With no options: loopback."""
     if ctx.invoked_subcommand is not None:
         return
     overrides = {"interface": interface, "bind": bind, "port": port, "socket": socket, "journal": journal,
-                 "log_level": log_level, "auth_key": auth_key, "encrypt": encrypt, "state_dir": state_dir}
+                 "log_level": log_level, "auth_key": auth_key, "encrypt": encrypt, "state_dir": state_dir,
+                 "metrics": metrics}
     try:
         settings = load_config(config, overrides)
         settings.address()
@@ -58,7 +62,7 @@ def run(
         raise typer.Exit(2) from None
     try:
         trio.run(run_daemon, settings, guard)
-    except (SocketInUse, LatestStoreError, MembershipFileError) as exc:
+    except (SocketInUse, LatestStoreError, MembershipFileError, MetricsAddressError) as exc:
         typer.echo(f"rmpd: {exc}", err=True)
         raise typer.Exit(1) from None
     except OSError as exc:

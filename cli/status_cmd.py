@@ -24,6 +24,8 @@ def status(ctx: typer.Context, json_out: Annotated[bool, JsonOption] = False) ->
         return
     console = Console()
     console.print(f"rmpd {reply['pid']}  socket {reply['socket']}  clients {reply['clients']}", highlight=False)
+    if reply.get("metrics"):
+        console.print(f"metrics on http://{reply['metrics']}/metrics", highlight=False)
     auth = reply.get("auth") or {}
     if auth.get("keyed"):
         mode = "encrypted" if auth.get("encrypt") else "signed"

@@ -18,6 +18,7 @@ from types import TracebackType
 from typing import Any
 
 import trio
+from prometheus_client import CollectorRegistry
 
 from rmpd.localapi import BAD_REQUEST, DEFAULT_MIN_PARTITION, parse_min_partition
 from rmpd.protocol.config import EngineConfig
@@ -121,6 +122,14 @@ class Node:
     def pid(self) -> str:
         """This node's process ID (``ip:port``), known once the node runs."""
         return self._require().pid
+
+    @property
+    def metrics(self) -> CollectorRegistry:
+        """The node's Prometheus metrics (the families a daemon serves at ``/metrics``, bar its local clients'), in
+        a ``prometheus_client`` registry of its own.  Read it from a trio task of the node's loop (for instance
+        ``prometheus_client.generate_latest(node.metrics)`` in an HTTP handler): its collector reads the engine,
+        which belongs to that loop."""
+        return self._require().metrics.registry
 
     def statistics(self) -> NodeStatistics:
         """A snapshot for monitoring, and for tests to assert on."""

@@ -27,13 +27,14 @@ from rmpd.runtime.auth import AuthKeyError, DatagramGuard, load_key_file
 from rmpd.runtime.net import ConfigError, interface_address, loopback_interface, max_packet_for
 
 from .memberships import Membership, parse_memberships
+from .metrics_http import parse_address
 
 DEFAULT_PORT = 7000
 
 TOP_KEYS = {"interface", "bind", "port", "socket", "journal", "journal_compress", "journal_rotate_bytes",
             "log_level", "address_range", "ttl", "multicast", "socket_mode", "socket_group", "runtime_dir_mode",
             "client_queue", "max_frame", "state_dir", "groups",
-            "auth_key", "auth_key_previous", "auth_rotation_window", "encrypt"}
+            "auth_key", "auth_key_previous", "auth_rotation_window", "encrypt", "metrics"}
 TIMER_KEYS = {f.name for f in dataclasses.fields(EngineConfig)} - {"journal"}
 SCMP_KEYS = {f.name for f in dataclasses.fields(ScmpSettings)} - {"upper", "latest"}
 DAEMON_TIMERS: dict[str, Any] = {"request_interval": 0.2, "join_retries": 4}
@@ -80,6 +81,8 @@ class DaemonConfig:
     """Groups the daemon joins at every start and keeps with no client (``groups = ["a", {name = "b",
     min_partition = "majority", ttl = 2}]``), on top of those recorded by persistent joins (rmpd.daemon.memberships).
     No flag: a list is the config's to hold."""
+    metrics: str | None = None
+    """``HOST:PORT`` to serve Prometheus metrics on (``127.0.0.1:9464``); none by default."""
     timers: dict[str, float | int] = field(default_factory=dict)
     scmp: dict[str, Any] = field(default_factory=dict)
     """[scmp] table: the fields of ``rmpd.protocol.multirpc.ScmpSettings`` (estimator, lifetime_ms, ...)."""
@@ -224,5 +227,10 @@ def _check(config: DaemonConfig) -> None:
         config.scmp_settings(None).make_estimator()
     except (TypeError, ValueError) as exc:
         raise ConfigError(f"[scmp]: {exc}") from None
+    if config.metrics is not None:
+        try:
+            parse_address(str(config.metrics))
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
     if config.client_queue < 1 or config.max_frame < 64:
         raise ConfigError("client_queue must be >= 1 and max_frame >= 64")

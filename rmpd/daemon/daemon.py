@@ -24,6 +24,7 @@ from rmpd.runtime.loop import ProcessLoop
 from .config import DaemonConfig
 from .hub import Hub
 from .memberships import MembershipFile
+from .metrics_http import open_metrics_listeners, serve_metrics
 from .notify import sd_notify
 from .probe import multicast_loops
 from .server import bind_unix_listener, serve_clients
@@ -52,6 +53,14 @@ async def run_daemon(config: DaemonConfig, guard: DatagramGuard | None = None) -
     listener = await bind_unix_listener(path, config.socket_mode, group=config.socket_group,
                                         dir_mode=config.runtime_dir_mode)
     hub = Hub(loop, str(path), overrun_frames=max(1, config.client_queue // 2), kept=kept)
+    metrics_listeners, hub.metrics_address = [], None
+    if config.metrics is not None:
+        try:
+            metrics_listeners, hub.metrics_address = await open_metrics_listeners(config.metrics)
+        except BaseException:
+            await listener.aclose()
+            path.unlink(missing_ok=True)
+            raise
     try:
         with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
             async with trio.open_nursery() as nursery:
@@ -59,11 +68,14 @@ async def run_daemon(config: DaemonConfig, guard: DatagramGuard | None = None) -
                 hub.rejoin_kept(config.groups, recorded)  # before any client and READY=1: the joins are under way
                 await nursery.start(partial(serve_clients, listener, hub, queue_size=config.client_queue,
                                             max_frame=config.max_frame))
+                if metrics_listeners:
+                    nursery.start_soon(serve_metrics, loop.metrics.registry, metrics_listeners)
                 if config.multicast and not multicast_loops(ip):
                     log.warning("multicast sent on %s does not come back to this host: daemons here will not hear "
                                 "each other (on loopback: ip route add 224.0.0.0/4 dev lo)", ip)
                 sd_notify(f"READY=1\nSTATUS=serving {loop.pid} on {path}")
-                print(f"rmpd: process {loop.pid}, clients on {path}", file=sys.stderr, flush=True)
+                metrics = f", metrics on http://{hub.metrics_address}/metrics" if hub.metrics_address else ""
+                print(f"rmpd: process {loop.pid}, clients on {path}{metrics}", file=sys.stderr, flush=True)
                 async for signum in signals:
                     log.info("signal %s: leaving %d group(s)", signal.Signals(signum).name, len(loop.groups()))
                     sd_notify("STOPPING=1")

@@ -24,6 +24,8 @@ import logging
 from collections import defaultdict
 from typing import Any
 
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+
 from rmpd import localapi
 from rmpd.localapi import DeliveryRun, Request, RequestError, encode_frame, parse_request, qos_name
 from rmpd.protocol.events import (
@@ -130,6 +132,9 @@ class Hub:
         self.own: OwnMessages[Session] = OwnMessages()
         """Which client each message sent here and not yet delivered here belongs to."""
         self.overrun_frames = overrun_frames
+        self.metrics_address: str | None = None
+        """Where the daemon serves its Prometheus metrics (``host:port``), when it does."""
+        loop.metrics.extra.append(self._client_metrics)
 
     # ------------------------------------------------------------------------------------------------------------
     # Memberships kept across restarts
@@ -292,7 +297,22 @@ class Hub:
         counters = self.loop.counters()
         counters.update({f"hub_{k}": v for k, v in self.stats.items()})
         return {"pid": self.loop.pid, "socket": self.socket_path, "groups": groups,
-                "clients": len(self.sessions), "auth": self.loop.guard.describe(), "counters": counters}
+                "clients": len(self.sessions), "auth": self.loop.guard.describe(), "counters": counters,
+                "metrics": self.metrics_address}
+
+    def _client_metrics(self) -> list[Metric]:
+        """The local clients and what waits for them, for the metrics endpoint (read when scraped)."""
+        clients = GaugeMetricFamily("rmpd_clients", "Local clients connected.", value=len(self.sessions))
+        frames = GaugeMetricFamily("rmpd_client_queue_frames", "Frames queued for local clients, by group (the "
+                                   "largest of one client, and all together).", labels=["group", "of"])
+        hub = CounterMetricFamily("rmpd_hub_events", "The local API's counters, by name.", labels=["counter"])
+        for group, sessions in self.attached.items():
+            sizes = [s.queued_frames for s in sessions] or [0]
+            frames.add_metric([group, "largest"], max(sizes))
+            frames.add_metric([group, "all"], sum(sizes))
+        for name, value in self.stats.items():
+            hub.add_metric([name], value)
+        return [clients, frames, hub]
 
     def _buffers(self, group: str, status: GroupStatus | None) -> dict[str, int]:
         """What the group holds in memory here: OrderingQ slots, data packets, own packets in flight and queued,

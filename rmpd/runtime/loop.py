@@ -25,7 +25,7 @@ from typing import Any, Protocol
 import trio
 
 from rmpd.protocol.config import EngineConfig
-from rmpd.protocol.events import Event, JoinFailed, Left, Transmit
+from rmpd.protocol.events import Delivered, Event, JoinFailed, Left, Transmit, ViewInstalled
 from rmpd.protocol.ids import process_id_of, split_process_id
 from rmpd.protocol.multirpc import ScmpSettings
 from rmpd.protocol.naming import DEFAULT_RANGE, group_address
@@ -37,6 +37,7 @@ from rmpd.scmp.latest import LatestStore
 
 from .auth import SEALED_TAGS, DatagramGuard
 from .journal import FlushingJournal
+from .metrics import LoopMetrics
 from .sockets import MAX_DATAGRAM, Sender, open_multicast, open_unicast
 
 log = logging.getLogger("rmpd")
@@ -105,6 +106,7 @@ class ProcessLoop:
                                   now=trio.current_time(), wall_ms=wall_ms, multicast_capable=multicast,
                                   seq_base=wall_ms * 1000, scmp=scmp)
         self.application: Application = _NoApplication()
+        self.metrics = LoopMetrics(self)
         self.group_ttl: dict[str, int] = {}
         self.listeners: dict[tuple[str, int], Listener] = {}
         self._nursery: trio.Nursery | None = None
@@ -142,6 +144,7 @@ class ProcessLoop:
         own = (self.ip, self.port)
         counter = f"datagrams_received_{kind}"
         stats, guard, process = self.stats, self.guard, self.process
+        by_type = self.metrics.datagrams_in
         while True:
             await trio.lowlevel.wait_readable(sock)
             now = trio.current_time()
@@ -159,10 +162,14 @@ class ProcessLoop:
                     continue
                 source = process_id_of(addr)
                 if guard.key is None and data[:2] not in SEALED_TAGS:
+                    if len(data) > 3:
+                        by_type[data[3]] += 1  # the wire type byte (packets.encode)
                     process.receive_datagram(data, source, now)  # no key, a plain packet: nothing to open
                     continue
                 packet = guard.open(data, source, where)
                 if packet is not None:
+                    if len(packet) > 3:
+                        by_type[packet[3]] += 1
                     process.receive_datagram(packet, source, now)
             self.step()
             if sock.fileno() == -1:  # the drain left the last group on this socket and closed it
@@ -201,14 +208,20 @@ class ProcessLoop:
         self._taken()
 
     def send(self, group: str, payload: bytes, qos: QoS, handler: int | None = None) -> int | None:
-        seq = self.process.send(group, payload, qos, trio.current_time(), handler)
+        now = trio.current_time()
+        seq = self.process.send(group, payload, qos, now, handler)
+        if seq is not None:
+            self.metrics.sent(group, seq, qos, now)
         self._taken()
         return seq
 
     def send_many(self, group: str, payloads: list[bytes], qos: QoS, handler: int | None = None) -> list[int] | None:
         """Send several messages in order with one drain, packed together into as few packets as they fit
         (GroupEngine.send_batch); None when the group refuses them (it is being left)."""
-        seqs = self.process.send_batch(group, payloads, qos, trio.current_time(), handler)
+        now = trio.current_time()
+        seqs = self.process.send_batch(group, payloads, qos, now, handler)
+        if seqs:
+            self.metrics.sent(group, seqs[-1], qos, now)
         self._taken()
         return seqs
 
@@ -333,8 +346,14 @@ class ProcessLoop:
             self.journal.write(self.pid, records)
             self.journal.flush()
         events = out.events
+        metrics, pid, now = self.metrics, self.pid, trio.current_time()
         for event in events:
-            if isinstance(event, ENDED) and not (isinstance(event, Left) and event.rejoining):
+            if isinstance(event, Delivered):
+                metrics.delivered(event.group, event.qos, len(event.payloads), event.seq if event.src == pid else None,
+                                  now)
+            elif isinstance(event, ViewInstalled):
+                metrics.view_installed(event.group)
+            elif isinstance(event, ENDED) and not (isinstance(event, Left) and event.rejoining):
                 self._unlisten(event.group)  # a process that rejoins by itself listens for its group meanwhile
         if out.persist is not None:
             self._persist(out.persist)
@@ -372,6 +391,7 @@ class ProcessLoop:
             self._nursery.start_soon(write)
 
     def _transmit(self, tx: Transmit) -> None:
+        self.metrics.datagrams_out[tx.data[3]] += 1
         if tx.dest is None:
             if tx.group is None:
                 self.stats["transmit_without_group"] += 1

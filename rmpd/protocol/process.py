@@ -554,12 +554,29 @@ class RmpProcess:
         return engine
 
     def _collect(self, now: float) -> None:
-        self._out.datagrams.extend(self.caller.datagrams)
+        """Move every part's outputs into the process's, in order.
+
+        Multi-RPC between this process and a group it is a member of stays inside as well: a host does not hear its
+        own multicast, so its own call also goes to its own group engine, and a datagram to itself (the answer to
+        its call, the REPLY-ACK of its own reply) is handed over instead of sent.  A member calls its own group as
+        anyone else does, and runs the call at most once the same way.
+        """
+        looped: list[bytes] = []
+        if self.caller.datagrams:
+            for tx in self.caller.datagrams:
+                if tx.dest == self.pid or (tx.dest is None and tx.group in self.engines):
+                    looped.append(tx.data)
+                if tx.dest != self.pid:
+                    self._out.datagrams.append(tx)
+            self.caller.datagrams = []
         self._out.events.extend(self.caller.events)
-        self.caller.datagrams, self.caller.events = [], []
+        self.caller.events = []
         for group, engine in list(self.engines.items()):
             outbox = engine.outbox  # the engine's outputs, taken in place: this runs after every input
             if outbox.datagrams:
+                if self.caller.calls:
+                    looped += [tx.data for tx in outbox.datagrams if tx.dest == self.pid]
+                    outbox.datagrams = [tx for tx in outbox.datagrams if tx.dest != self.pid]
                 self._out.datagrams.extend(outbox.datagrams)
                 outbox.datagrams = []
             if outbox.events:
@@ -579,6 +596,9 @@ class RmpProcess:
                 self._delivered_before[group] = engine.ordering.delivered_state()
                 self.stats.update(engine.stats)  # counters never go back when a group is left
                 del self.engines[group]
+        for data in looped:
+            self.stats["calls_looped_back"] += 1
+            self.receive_datagram(data, self.pid, now)
 
 
 __all__ = ["NotMember", "RmpProcess", "SendRefused"]

@@ -163,3 +163,21 @@ def test_call_errors_are_clear(daemons) -> None:
     scmp = next(g["scmp"] for g in member.status()["groups"] if g["group"] == GROUP)
     assert scmp["new"] == 1 and scmp["estimator"] == "limited-horizon", scmp
     assert "lifetime" in member.rmp("status").stdout
+
+
+def test_a_member_calls_its_own_group_through_its_own_daemon(daemons, tmp_path) -> None:
+    """The README's `rmp serve calc --handler 0 -- bc &` then `rmp call calc` on the same daemon: the daemon's
+    own call reaches its own group engine (a host does not hear its own multicast), runs once, and is answered."""
+    member = daemons("m")
+    runs = tmp_path / "runs"
+    server = start_server(member, runs)
+    try:
+        wait_for(lambda: ready_for_calls([member]), 10, "the member's SCMP floor to pass")
+        first = member.rmp("call", GROUP, "hello", "--timeout", "10")
+        assert first.stdout.strip() == "HELLO" and runs_of(runs) == 1, first.stderr
+        second = member.rmp("call", GROUP, "again", "--timeout", "10")
+        assert second.stdout.strip() == "AGAIN" and runs_of(runs) == 2, second.stderr
+        assert member.counters().get("calls_looped_back", 0) >= 4  # each call, and its answer, stayed inside
+    finally:
+        server.terminate()
+        server.wait(10)

@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import errno
 import logging
 from collections import Counter
 from pathlib import Path
@@ -13,7 +14,7 @@ from typing import Annotated
 import trio
 import typer
 
-from rmpd.daemon.config import ConfigError, load_config
+from rmpd.daemon.config import ConfigError, DaemonConfig, load_config
 from rmpd.daemon.daemon import run_daemon
 from rmpd.daemon.memberships import MembershipFileError
 from rmpd.daemon.metrics_http import MetricsAddressError
@@ -66,8 +67,19 @@ def run(
         typer.echo(f"rmpd: {exc}", err=True)
         raise typer.Exit(1) from None
     except OSError as exc:
-        typer.echo(f"rmpd: cannot start: {exc}", err=True)
+        typer.echo(f"rmpd: {start_error(exc, settings)}", err=True)
         raise typer.Exit(1) from None
+
+
+def start_error(exc: OSError, settings: DaemonConfig) -> str:
+    """One line saying what could not be had at start, naming the address, and what usually causes it."""
+    where = f"UDP {settings.address()}:{settings.port}"
+    if exc.errno == errno.EADDRINUSE:
+        return (f"cannot bind {where}: address already in use (another rmpd, or another program, on that port? "
+                f"stop it, or give this one another --port)")
+    if exc.errno == errno.EADDRNOTAVAIL:
+        return f"cannot bind {where}: no such address on this host (check --bind or --interface)"
+    return f"cannot start: {exc.strerror or exc}" + (f": {exc.filename}" if exc.filename else "")
 
 
 @app.command()

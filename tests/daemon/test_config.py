@@ -110,6 +110,24 @@ def test_rmpd_says_where_it_serves_and_refuses_a_bad_interface_in_one_line(tmp_p
         assert proc.wait(15) == 0
 
 
+def test_a_second_rmpd_on_a_taken_port_names_the_port_and_the_likely_cause(tmp_path: Path) -> None:
+    env = {**os.environ, "XDG_RUNTIME_DIR": str(tmp_path)}
+    first = subprocess.Popen([RMPD, "--port", "0", "--state-dir", str(tmp_path / "one")], stderr=subprocess.PIPE,
+                             text=True, env=env)
+    try:
+        assert first.stderr is not None
+        pid = first.stderr.readline().split("process ", 1)[1].split(",", 1)[0]  # "rmpd: process IP:PORT, ..."
+        port = pid.rsplit(":", 1)[1]
+        second = subprocess.run([RMPD, "--port", port, "--socket", str(tmp_path / "two.sock"), "--state-dir",
+                                 str(tmp_path / "two")], capture_output=True, text=True, timeout=30)
+        assert second.returncode == 1
+        (line,) = second.stderr.strip().splitlines()
+        assert f"cannot bind UDP {pid}: address already in use" in line and "--port" in line, line
+    finally:
+        first.terminate()
+        assert first.wait(15) == 0
+
+
 def test_the_unit_file_passes_systemd_analyze(tmp_path: Path) -> None:
     tool = shutil.which("systemd-analyze")
     if tool is None:

@@ -294,7 +294,8 @@ async def connect(path: str | Path | None = None) -> AsyncIterator[Client]:
     try:
         stream = await trio.open_unix_socket(str(where))
     except OSError as exc:
-        raise RmpdError("no-daemon", f"cannot reach rmpd at {where}: {exc.strerror or exc}") from None
+        raise RmpdError("no-daemon", f"cannot reach rmpd at {where}: {exc.strerror or exc} (is rmpd running? start "
+                                     f"it with `rmpd`, or run the engine in this program with rmpd.Node)") from None
     client = Client(stream, where)
     try:
         async with stream, trio.open_nursery() as nursery:

@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import trio
@@ -83,6 +87,16 @@ async def test_connect_to_a_missing_daemon_is_one_clear_error(tmp_path) -> None:
         async with rmpd.connect(tmp_path / "nobody.sock"):
             pass
     assert exc.value.code == "no-daemon"
+
+
+def test_the_readme_library_example_without_a_daemon_ends_in_one_line(tmp_path) -> None:
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    example = readme.split("```python\n", 1)[1].split("```", 1)[0]
+    env = {**os.environ, "RMPD_SOCKET": str(tmp_path / "nobody.sock")}
+    result = subprocess.run([sys.executable, "-c", example], capture_output=True, text=True, env=env, timeout=60)
+    assert result.returncode == 1
+    (line,) = result.stderr.strip().splitlines()
+    assert line.startswith("error: no-daemon: cannot reach rmpd at") and "start it with `rmpd`" in line, line
 
 
 async def test_every_local_client_of_a_group_gets_the_same_deliveries_in_the_same_order(daemons) -> None:

@@ -32,15 +32,10 @@ def status(ctx: typer.Context, json_out: Annotated[bool, JsonOption] = False) ->
         console.print(f"group traffic {mode} with key {auth['key_id']}", highlight=False)
     for source, count in (auth.get("unverified_sources") or {}).items():
         console.print(f"[yellow]{count} datagram(s) from {source} could not be verified[/yellow]")
-    table = Table(title="groups")
-    for column in ("group", "view", "members", "local clients", "persistent", "locks", "calls (SCMP)"):
-        table.add_column(column)
     for g in reply["groups"]:
-        # The minimum partition goes under the group's name: one more column squeezes the SCMP one in 80 columns.
-        name = g["group"] + (f"\nmin partition {g['min_partition']}" if g.get("min_partition") is not None else "")
-        table.add_row(name, g["view"] or "(joining)", "\n".join(g["members"]), str(g["clients"]),
-                      "yes" if g["persistent"] else "no", ", ".join(map(str, g["locks"])), _scmp(g.get("scmp")))
-    console.print(table)
+        console.print(_group_block(g))
+    if not reply["groups"]:
+        console.print("in no group")
     counters = Table(title="counters")
     counters.add_column("counter")
     counters.add_column("value", justify="right")
@@ -49,13 +44,29 @@ def status(ctx: typer.Context, json_out: Annotated[bool, JsonOption] = False) ->
     console.print(counters)
 
 
-def _scmp(scmp: dict | None) -> str:
+def _group_block(g: dict) -> Table:
+    """One group as label/value rows: a process ID never cut, long values wrapped between words, so the whole of
+    it reads at 80 columns."""
+    block = Table.grid(padding=(0, 2))
+    block.add_column(style="bold", no_wrap=True)
+    block.add_column(overflow="fold")
+    block.add_row("group", g["group"])
+    block.add_row("view", g["view"] or "(joining)")
+    block.add_row(f"members ({len(g['members'])})", "\n".join(g["members"]) or "-")
+    if g.get("min_partition") is not None:
+        block.add_row("min partition", str(g["min_partition"]))
+    block.add_row("local clients", f"{g['clients']}, {'persistent' if g['persistent'] else 'not persistent'}")
+    block.add_row("locks held", ", ".join(map(str, g["locks"])) or "-")
+    if g.get("scmp"):
+        block.add_row("calls (SCMP)", _scmp(g["scmp"]))
+    block.add_row("", "")
+    return block
+
+
+def _scmp(scmp: dict) -> str:
     """The group's SCMP filters in a few words: the calls' lifetime estimate, what it accepted and refused, and the
     join requests refused here."""
-    if not scmp:
-        return ""
     joins = scmp.get("joins_refused", 0) + scmp.get("joins_too_early", 0)
-    return (f"lifetime {scmp['lifetime_ms']} ms ({scmp['estimator']})\n"
-            f"accepted {scmp['new']}, duplicate {scmp['duplicate']}\n"
-            f"summary-rejected {scmp['summary-rejected']}, too early {scmp['too-early']}\n"
+    return (f"lifetime {scmp['lifetime_ms']} ms ({scmp['estimator']}); accepted {scmp['new']}, duplicate "
+            f"{scmp['duplicate']}, summary-rejected {scmp['summary_rejected']}, too early {scmp['too_early']}; "
             f"joins refused {joins}")

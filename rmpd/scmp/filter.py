@@ -90,6 +90,8 @@ class ScmpFilter:
             self.latest = value
 
     def describe(self) -> dict[str, object]:
-        """What ``rmp status`` shows: the estimate, table size, bounds and verdict counts."""
+        """What ``rmp status`` shows: the estimate, table size, bounds and verdict counts (keys with underscores,
+        as every other key of the status: ``new``, ``duplicate``, ``summary_rejected``, ``too_early``)."""
+        verdicts = {v.value.replace("-", "_"): n for v, n in self.counts.items()}
         return {**self.estimator.describe(), "connections": len(self.table), "upper": self.upper,
-                "latest": self.latest, **{v.value: n for v, n in self.counts.items()}}
+                "latest": self.latest, **verdicts}

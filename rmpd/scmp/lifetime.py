@@ -50,8 +50,9 @@ class LifetimeEstimator:
         return self.estimate
 
     def describe(self) -> dict[str, int | str]:
-        return {"estimator": self.name, "lifetime_ms": self.estimate, "accepted": self.accepted,
-                "summary_rejected": self.summary_rejected}
+        """The estimator and its estimate; the filter's verdict counts (``new``, ``summary_rejected``) say how many
+        lifetimes it observed."""
+        return {"estimator": self.name, "lifetime_ms": self.estimate}
 
 
 @dataclass

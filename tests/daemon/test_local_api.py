@@ -19,7 +19,7 @@ import pytest
 from rmpd.localapi import HEADER, encode_frame
 
 from .conftest import FAST_JOIN
-from .harness import RMP, wait_for
+from .harness import RMP, unique, wait_for
 from .test_calls import ready_for_calls
 
 
@@ -299,3 +299,20 @@ def test_a_slow_reader_slows_the_group_and_a_stuck_one_is_cut_off(daemons, tmp_p
     assert d.rmp_json("members", "flood")["members"] == [d.pid]
     counters = d.counters()
     assert counters["hub_overrun_on"] >= 1 and counters["hub_overrun_cut"] == 1 and counters["overruns"] >= 1
+
+
+def test_status_reads_whole_at_80_columns_and_its_json_keys_are_one_style(daemons, monkeypatch) -> None:
+    monkeypatch.setenv("COLUMNS", "80")
+    a, b = daemons(), daemons()
+    group = unique("status")
+    a.rmp("join", group)
+    b.rmp("join", group)
+    wait_for(lambda: sorted(a.members(group)) == sorted([a.pid, b.pid]), 30, "one view of both daemons")
+    text = a.rmp("status").stdout
+    assert max(len(line) for line in text.splitlines()) <= 80, text
+    view = next(g["view"] for g in a.status()["groups"] if g["group"] == group)
+    for whole in (a.pid, b.pid, view, group):
+        assert whole in text, (whole, text)
+    scmp = next(g["scmp"] for g in a.rmp_json("status")["groups"] if g["group"] == group)
+    assert not [key for key in scmp if "-" in key], scmp
+    assert {"summary_rejected", "too_early", "new", "duplicate"} <= set(scmp)

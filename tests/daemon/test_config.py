@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def test_the_shipped_config_loads_and_flags_override_it() -> None:
     config = load_config(ROOT / "systemd" / "rmpd.toml", {"port": 7100, "interface": None})
-    assert config.interface == "eth0" and config.port == 7100
+    assert config.interface is None and config.bind is None and config.port == 7100  # loopback unless installed
     assert config.socket == Path("/run/rmpd/rmpd.sock")
     engine = config.engine_config()
     assert engine.join_retries == 4 and engine.null_ack_interval == 1.0 and not engine.journal
@@ -128,14 +128,35 @@ def test_a_second_rmpd_on_a_taken_port_names_the_port_and_the_likely_cause(tmp_p
         assert first.wait(15) == 0
 
 
-def test_the_unit_file_passes_systemd_analyze(tmp_path: Path) -> None:
+def test_the_unit_as_installed_by_install_systemd_verifies_and_its_command_runs(tmp_path: Path) -> None:
+    """docs/operations.md's install (scripts/install-systemd), into a directory: systemd-analyze verifies the unit
+    against that root, and the installed command line starts a daemon that reads the installed config."""
     tool = shutil.which("systemd-analyze")
     if tool is None:
         pytest.skip("systemd-analyze is not installed on this machine")
-    unit = (ROOT / "systemd" / "rmpd.service").read_text().replace("/usr/local/bin/rmpd", RMPD)
-    path = tmp_path / "rmpd.service"
-    path.write_text(unit)
-    result = subprocess.run([tool, "verify", str(path)], capture_output=True, text=True, timeout=60)
-    problems = [line for line in result.stderr.splitlines() if "rmpd.service" in line]
-    assert result.returncode == 0 and not problems, result.stderr
-    assert "Type=notify" in unit and "RuntimeDirectory=rmpd" in unit
+    root = tmp_path / "root"
+    install = subprocess.run([str(ROOT / "scripts" / "install-systemd"), "--root", str(root)], capture_output=True,
+                             text=True, timeout=300)
+    assert install.returncode == 0, install.stderr
+    unit = root / "etc" / "systemd" / "system" / "rmpd.service"
+    # The units it depends on (sysinit.target, ...) come from this machine's systemd, as on a real host.
+    shutil.copytree("/usr/lib/systemd/system", root / "usr" / "lib" / "systemd" / "system", symlinks=True)
+    result = subprocess.run([tool, "verify", f"--root={root}", str(unit)], capture_output=True, text=True,
+                            timeout=60)
+    assert result.returncode == 0 and "rmpd.service" not in result.stderr, result.stderr
+    text = unit.read_text()
+    assert "Type=notify" in text and "RuntimeDirectory=rmpd" in text
+    documented = next(line for line in text.splitlines() if line.startswith("Documentation=file://"))
+    assert (root / documented.removeprefix("Documentation=file:///")).is_file()
+    exec_start = next(line for line in text.splitlines() if line.startswith("ExecStart=")).removeprefix("ExecStart=")
+    argv = exec_start.split()
+    argv = [str(root) + argv[0], argv[1], str(root) + argv[2], "--port", "0", "--socket", str(tmp_path / "s.sock"),
+            "--state-dir", str(tmp_path / "state")]
+    proc = subprocess.Popen(argv, stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stderr is not None
+        line = proc.stderr.readline()
+        assert "rmpd: process" in line and str(tmp_path / "s.sock") in line, line
+    finally:
+        proc.terminate()
+        assert proc.wait(15) == 0

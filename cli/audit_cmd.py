@@ -29,6 +29,9 @@ def audit(
     pcap: Annotated[
         list[str] | None, typer.Option(help="tcpdump capture (classic libpcap) to check on the wire; repeatable.")
     ] = None,
+    spark_log: Annotated[
+        str, typer.Option(help="Spark's own log level on stderr: error, warn, info or debug.")
+    ] = "error",
 ) -> None:
     """Audit journals from many hosts: one verdict per invariant.
 
@@ -37,6 +40,9 @@ def audit(
     err = Console(stderr=True)
     if not paths and not pcap:
         err.print("[red]error:[/red] give at least one journal PATH or --pcap FILE")
+        raise typer.Exit(EXIT_UNREADABLE)
+    if spark_log not in ("error", "warn", "info", "debug"):
+        err.print(f"[red]error:[/red] --spark-log must be error, warn, info or debug, got {escape(spark_log)!r}")
         raise typer.Exit(EXIT_UNREADABLE)
     try:
         check_local(list(paths or []), list(pcap or []))
@@ -53,7 +59,7 @@ def audit(
             raise
         err.print(f"[red]error:[/red] {escape(INSTALL_HINT)}", soft_wrap=True)
         raise typer.Exit(EXIT_UNREADABLE) from None
-    spark = get_session(master)
+    spark = get_session(master, spark_log=spark_log)
     try:
         report = run_audit(spark, list(paths or []), list(pcap or []), examples)
     except UnreadableInput as exc:

@@ -12,9 +12,10 @@ import sys
 from pyspark.sql import SparkSession
 from rich.console import Console
 
+from .inputs import EXIT_UNREADABLE
 from .invariants import journal_checks
 from .read import UnreadableInput, read_journals
-from .report import EXIT_UNREADABLE, AuditReport, InvariantResult, evaluate, render
+from .report import AuditReport, InvariantResult, evaluate, render
 from .shared import release
 
 

@@ -5,21 +5,31 @@ from __future__ import annotations
 import os
 import re
 import sys
+from pathlib import Path
 
 from pyspark.sql import SparkSession
 
+LOG_CONFIG = Path(__file__).with_name("log4j2.properties")
+"""Spark's log configuration while the auditor runs: ``error`` and worse unless a level is asked for."""
 
-def get_session(master: str | None = None, app_name: str = "rmp-audit") -> SparkSession:
+SPARK_LOG_LEVELS = ("error", "warn", "info", "debug")
+
+
+def get_session(master: str | None = None, app_name: str = "rmp-audit", spark_log: str = "error") -> SparkSession:
     """Reuse a running session (tests, ``spark-submit``) or start one on ``master``.
 
-    Spark prints its progress bar and logs to stderr, leaving stdout for the verdict.  Python workers (used only to
-    decode wire captures) run this interpreter unless ``PYSPARK_PYTHON`` says otherwise, so they import the same
-    ``rmpd`` and ``msgpack``.
+    Spark prints its progress bar and logs to stderr, leaving stdout for the verdict; its log shows ``spark_log``
+    and worse (``error`` by default: its start-up warnings, such as the host name resolving to loopback, say
+    nothing about the trace).  Python workers (used only to decode wire captures) run this interpreter unless
+    ``PYSPARK_PYTHON`` says otherwise, so they import the same ``rmpd`` and ``msgpack``.
     """
     builder = (
         SparkSession.builder.appName(app_name)
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.ui.showConsoleProgress", "true")
+        # Read when this starts the JVM (a session already running keeps its own).
+        .config("spark.driver.extraJavaOptions",
+                f"-Dlog4j2.configurationFile={LOG_CONFIG.as_uri()} -Drmpd.audit.spark_log={spark_log}")
     )
     # PySpark reads the workers' interpreter from the environment when the context starts.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -38,7 +48,7 @@ def get_session(master: str | None = None, app_name: str = "rmp-audit") -> Spark
             # member, ran out of a 4 GB heap.  RMP_AUDIT_MEMORY overrides.  Takes effect when this starts the JVM.
             builder = builder.config("spark.driver.memory", os.environ.get("RMP_AUDIT_MEMORY", "8g"))
     spark = builder.getOrCreate()
-    spark.sparkContext.setLogLevel("WARN")
+    spark.sparkContext.setLogLevel(spark_log.upper())
     return spark
 
 

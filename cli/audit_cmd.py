@@ -10,6 +10,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from rmpd.audit.inputs import EXIT_UNREADABLE, INSTALL_HINT, UnreadableInput, check_local
+from rmpd.runtime.auth import AuthKeyError, load_key_file
 
 audit_app = typer.Typer()
 
@@ -29,6 +30,10 @@ def audit(
     pcap: Annotated[
         list[str] | None, typer.Option(help="tcpdump capture (classic libpcap) to check on the wire; repeatable.")
     ] = None,
+    auth_key: Annotated[
+        Path | None, typer.Option(help="The group key file (rmpd keygen) of a keyed group's --pcap captures: opens "
+                                       "encrypted datagrams and checks every MAC.")
+    ] = None,
     spark_log: Annotated[
         str, typer.Option(help="Spark's own log level on stderr: error, warn, info or debug.")
     ] = "error",
@@ -44,6 +49,13 @@ def audit(
     if spark_log not in ("error", "warn", "info", "debug"):
         err.print(f"[red]error:[/red] --spark-log must be error, warn, info or debug, got {escape(spark_log)!r}")
         raise typer.Exit(EXIT_UNREADABLE)
+    key = None
+    if auth_key is not None:
+        try:
+            key = load_key_file(auth_key)
+        except AuthKeyError as exc:
+            err.print(f"[red]error:[/red] {escape(str(exc))}", soft_wrap=True)
+            raise typer.Exit(EXIT_UNREADABLE) from None
     try:
         check_local(list(paths or []), list(pcap or []))
     except UnreadableInput as exc:  # answered before Spark starts, which takes seconds
@@ -61,7 +73,7 @@ def audit(
         raise typer.Exit(EXIT_UNREADABLE) from None
     spark = get_session(master, spark_log=spark_log)
     try:
-        report = run_audit(spark, list(paths or []), list(pcap or []), examples)
+        report = run_audit(spark, list(paths or []), list(pcap or []), examples, key)
     except UnreadableInput as exc:
         err.print(f"[red]unreadable input:[/red] {escape(str(exc))}", soft_wrap=True)
         raise typer.Exit(EXIT_UNREADABLE) from None

@@ -8,9 +8,12 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 from pyspark.sql import SparkSession
 from rich.console import Console
+
+from rmpd.runtime.auth import AuthKeyError, GroupKey, load_key_file
 
 from .inputs import EXIT_UNREADABLE
 from .invariants import journal_checks
@@ -20,9 +23,11 @@ from .shared import release
 
 
 def run_audit(
-    spark: SparkSession, paths: list[str], pcaps: list[str] | None = None, examples: int = 5
+    spark: SparkSession, paths: list[str], pcaps: list[str] | None = None, examples: int = 5,
+    key: GroupKey | None = None,
 ) -> AuditReport:
-    """Audit journals at ``paths`` and captures at ``pcaps``; raises :class:`UnreadableInput`."""
+    """Audit journals at ``paths`` and captures at ``pcaps`` (of a keyed group: ``key`` opens and checks its
+    datagrams); raises :class:`UnreadableInput`."""
     results: list[InvariantResult] = []
     records = 0
     inputs: list[str] = []
@@ -38,7 +43,7 @@ def run_audit(
     if pcaps:
         from .pcap import wire_checks
 
-        packets, checks = wire_checks(spark, pcaps)
+        packets, checks = wire_checks(spark, pcaps, key)
         try:
             n, wire = evaluate(checks, examples, packets)
         finally:
@@ -56,13 +61,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", dest="json_out", help="write the JSON report here")
     parser.add_argument("--examples", type=int, default=5, help="example violations kept per invariant")
     parser.add_argument("--pcap", nargs="+", default=[], help="tcpdump captures (classic libpcap)")
+    parser.add_argument("--auth-key", help="the group key file of a keyed group's captures")
     args = parser.parse_args(argv)
     err = Console(stderr=True)
     if not args.paths and not args.pcap:
         parser.error("give at least one journal path or --pcap file")
     spark = SparkSession.builder.appName("rmp-audit").config("spark.sql.session.timeZone", "UTC").getOrCreate()
     try:
-        report = run_audit(spark, args.paths, args.pcap, args.examples)
+        key = load_key_file(Path(args.auth_key)) if args.auth_key else None
+        report = run_audit(spark, args.paths, args.pcap, args.examples, key)
+    except AuthKeyError as exc:
+        err.print(f"[red]error:[/red] {exc}")
+        return EXIT_UNREADABLE
     except UnreadableInput as exc:
         err.print(f"[red]unreadable input:[/red] {exc}")
         return EXIT_UNREADABLE

@@ -9,7 +9,13 @@ Checks, over every capture together (the same packet seen by several hosts count
 
 - ``wire-one-order``: every ACK, New List and ordered data slot of a view names one packet;
 - ``wire-token-member``: the ``next_site`` an ACK passes the token to is a member of the ACK's view, when some New
-  List in the captures announced that view's members (a New List's own ``next_site`` must be in its new list).
+  List in the captures announced that view's members (a New List's own ``next_site`` must be in its new list);
+- ``wire-authentic`` (a keyed group's capture, given its key): every RMP datagram is sealed under the key and opens
+  (a right MAC, or decryption).  An unsigned RMP packet, a flipped bit or a datagram sealed with another key is
+  a violation; bytes that are not RMP at all stay undecodable, as without a key.
+
+Without the key, MAC-signed datagrams are read unverified (their packets are in the clear), and encrypted ones
+cannot be read: such a capture is refused, asking for ``--auth-key``.
 """
 
 from __future__ import annotations
@@ -20,6 +26,8 @@ from collections.abc import Iterator
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
+
+from rmpd.runtime.auth import GroupKey
 
 from .check import Check, example
 
@@ -106,17 +114,36 @@ def _udp(ip: bytes | None) -> bytes | None:
     return udp[8:length] if length >= 8 else None
 
 
-def decode_capture(file: str, data: bytes) -> Iterator[tuple]:
-    """Rows of ``PACKET_SCHEMA`` for one capture; kind ``undecodable`` for frames the codec rejects."""
+def decode_capture(file: str, data: bytes, key: GroupKey | None = None) -> Iterator[tuple]:
+    """Rows of ``PACKET_SCHEMA`` for one capture; kind ``undecodable`` for frames the codec rejects, ``encrypted``
+    for sealed ones it cannot open without ``key``, ``unauthentic`` for RMP datagrams that do not open under it."""
     from rmpd.protocol.packets import Ack, DecodeError, NewList, decode
+    from rmpd.runtime.auth import SEALED_TAGS, aead_cipher, signed_body, unseal
 
+    cipher = aead_cipher(key) if key is not None else None
     for frame, payload in udp_payloads(data):
         if payload is None:
             continue
+        sealed = payload[:2] in SEALED_TAGS
+        if key is not None and sealed:
+            opened = unseal(key, payload, cipher)
+            if opened is None:
+                yield (file, frame, "unauthentic", None, None, None, None, None, None, None)
+                continue
+            payload = opened
+        elif sealed:
+            body = signed_body(payload)
+            if body is None:
+                yield (file, frame, "encrypted", None, None, None, None, None, None, None)
+                continue
+            payload = body
         try:
             p = decode(payload)
         except DecodeError:
             yield (file, frame, "undecodable", None, None, None, None, None, None, None)
+            continue
+        if key is not None and not sealed:
+            yield (file, frame, "unauthentic", None, None, None, None, None, None, None)
             continue
         view = str(p.view) if p.view is not None else None
         if isinstance(p, Ack):
@@ -129,14 +156,15 @@ def decode_capture(file: str, data: bytes) -> Iterator[tuple]:
             yield (file, frame, type(p).__name__, view, None, getattr(p, "src", None), None, None, None, None)
 
 
-def read_captures(spark: SparkSession, paths: list[str]) -> DataFrame:
-    """Decoded packets of every capture; each capture is read whole by one executor task."""
+def read_captures(spark: SparkSession, paths: list[str], key: GroupKey | None = None) -> DataFrame:
+    """Decoded packets of every capture; each capture is read whole by one executor task (``key`` travels with
+    the task, so the executors need no key file)."""
     raw = spark.read.format("binaryFile").load(paths).select("path", "content")
 
     def decode_partition(rows: Iterator) -> Iterator[tuple]:
         for row in rows:
             try:
-                yield from decode_capture(row.path, bytes(row.content))
+                yield from decode_capture(row.path, bytes(row.content), key)
             except PcapError as exc:
                 yield (row.path, None, f"error: {exc}", None, None, None, None, None, None, None)
 
@@ -183,14 +211,26 @@ def wire_token_member(packets: DataFrame) -> Check:
                         F.col("frame").cast("string"), F.lit(" of "), F.col("file"), F.lit(")"))))
 
 
-def wire_checks(spark: SparkSession, paths: list[str]) -> tuple[DataFrame, list[Check]]:
+def wire_authentic(packets: DataFrame, keyed: bool) -> Check:
+    """Every RMP datagram of a keyed group's capture opens under its key (nothing is checked without the key)."""
+    rmp = packets.where(~F.col("kind").isin("undecodable", "encrypted") & F.lit(keyed))
+    bad = rmp.where(F.col("kind") == "unauthentic")
+    return Check("wire-authentic", rmp, example(
+        bad, detail=F.concat(F.lit("frame "), F.col("frame").cast("string"), F.lit(" of "), F.col("file"),
+                             F.lit(" is not sealed under the key, or does not open"))))
+
+
+def wire_checks(spark: SparkSession, paths: list[str], key: GroupKey | None = None) -> tuple[DataFrame, list[Check]]:
     """The decoded packets (cached; the caller unpersists) and the wire checks over them."""
     from .read import UnreadableInput, list_files
 
     files = list_files(spark, paths, suffixes=(".pcap", ".cap", ".dmp"))
-    packets = read_captures(spark, files).persist()
-    errors = packets.where(F.col("kind").startswith("error: ")).limit(1).collect()
+    packets = read_captures(spark, files, key).persist()
+    errors = packets.where(F.col("kind").startswith("error: ") | (F.col("kind") == "encrypted")).limit(1).collect()
     if errors:
         packets.unpersist()
+        if errors[0].kind == "encrypted":
+            raise UnreadableInput(errors[0].file, None, "holds encrypted datagrams of a keyed group: give its key "
+                                  "with --auth-key FILE")
         raise UnreadableInput(errors[0].file, None, errors[0].kind.removeprefix("error: "))
-    return packets, [wire_one_order(packets), wire_token_member(packets)]
+    return packets, [wire_one_order(packets), wire_token_member(packets), wire_authentic(packets, key is not None)]

@@ -76,7 +76,7 @@ INVARIANTS = (
 )
 """Journal invariants, named as the simulator's in-process checker names them."""
 
-WIRE_INVARIANTS = ("wire-one-order", "wire-token-member")
+WIRE_INVARIANTS = ("wire-one-order", "wire-token-member", "wire-authentic")
 """Invariants checked on packet captures (``--pcap``)."""
 
 EXAMPLE_FIELDS = ("node", "group", "view", "ts", "src", "seq", "detail")

@@ -100,6 +100,45 @@ def load_key_file(path: Path) -> GroupKey:
     return key
 
 
+def aead_cipher(key: GroupKey) -> Any:
+    """The ChaCha20-Poly1305 cipher of ``key`` (made once per key: it is not free)."""
+    from cryptography.hazmat.primitives.ciphers.aead import ChaCha20Poly1305
+
+    return ChaCha20Poly1305(key.aead_key)
+
+
+def unseal(key: GroupKey, datagram: bytes, cipher: Any = None) -> bytes | None:
+    """The packet inside a datagram sealed under ``key`` (either form), or None when its MAC is wrong, it fails
+    decryption, or it is cut short.  ``cipher``: ``aead_cipher(key)``, made here when not given."""
+    tag = datagram[:2]
+    if tag == MAC_TAG:
+        if len(datagram) < PREFIX_BYTES + MAC_BYTES:
+            return None
+        body, mac = datagram[:-MAC_BYTES], datagram[-MAC_BYTES:]
+        expected = hashlib.blake2b(body, key=key.mac_key, digest_size=MAC_BYTES).digest()
+        return body[PREFIX_BYTES:] if hmac.compare_digest(mac, expected) else None
+    if tag != AEAD_TAG:
+        return None
+    from cryptography.exceptions import InvalidTag
+
+    nonce = datagram[PREFIX_BYTES:PREFIX_BYTES + NONCE_BYTES]
+    ciphertext = datagram[PREFIX_BYTES + NONCE_BYTES:]
+    if len(nonce) != NONCE_BYTES or len(ciphertext) < AEAD_TAG_BYTES:
+        return None
+    try:
+        return (cipher or aead_cipher(key)).decrypt(nonce, ciphertext, datagram[:PREFIX_BYTES])
+    except InvalidTag:
+        return None
+
+
+def signed_body(datagram: bytes) -> bytes | None:
+    """The packet inside a MAC-signed datagram, unverified (what tcpdump shows without the key); None for any
+    other form."""
+    if datagram[:2] != MAC_TAG or len(datagram) < PREFIX_BYTES + MAC_BYTES:
+        return None
+    return datagram[PREFIX_BYTES:-MAC_BYTES]
+
+
 class DatagramGuard:
     """Seals outgoing datagrams and opens incoming ones; see the module docstring.
 
@@ -159,18 +198,10 @@ class DatagramGuard:
         key = self._key_for(datagram[2:PREFIX_BYTES])
         if key is None:
             return self._reject("unknown_key", source, where, "sealed with a key this daemon does not hold")
-        if tag == MAC_TAG:
-            if len(datagram) < PREFIX_BYTES + MAC_BYTES:
-                return self._reject("bad_mac", source, where, "with a wrong MAC")
-            body, mac = datagram[:-MAC_BYTES], datagram[-MAC_BYTES:]
-            expected = hashlib.blake2b(body, key=key.mac_key, digest_size=MAC_BYTES).digest()
-            if not hmac.compare_digest(mac, expected):
-                return self._reject("bad_mac", source, where, "with a wrong MAC")
-            self.stats["auth_verified"] += 1
-            return body[PREFIX_BYTES:]
-        opened = self._open_aead(key, datagram)
+        opened = unseal(key, datagram, self._cipher(key) if tag == AEAD_TAG else None)
         if opened is None:
-            return self._reject("bad_mac", source, where, "that fail decryption")
+            return self._reject("bad_mac", source, where,
+                                "with a wrong MAC" if tag == MAC_TAG else "that fail decryption")
         self.stats["auth_verified"] += 1
         return opened
 
@@ -205,22 +236,8 @@ class DatagramGuard:
     def _cipher(self, key: GroupKey) -> Any:
         cipher = self._ciphers.get(key.kid)
         if cipher is None:
-            from cryptography.hazmat.primitives.ciphers.aead import ChaCha20Poly1305
-
-            cipher = self._ciphers[key.kid] = ChaCha20Poly1305(key.aead_key)
+            cipher = self._ciphers[key.kid] = aead_cipher(key)
         return cipher
-
-    def _open_aead(self, key: GroupKey, datagram: bytes) -> bytes | None:
-        from cryptography.exceptions import InvalidTag
-
-        nonce = datagram[PREFIX_BYTES:PREFIX_BYTES + NONCE_BYTES]
-        ciphertext = datagram[PREFIX_BYTES + NONCE_BYTES:]
-        if len(nonce) != NONCE_BYTES or len(ciphertext) < AEAD_TAG_BYTES:
-            return None
-        try:
-            return self._cipher(key).decrypt(nonce, ciphertext, datagram[:PREFIX_BYTES])
-        except InvalidTag:
-            return None
 
     def describe(self) -> dict[str, object]:
         return {"keyed": self.keyed, "encrypt": self.encrypt,

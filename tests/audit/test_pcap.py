@@ -8,13 +8,16 @@ from pathlib import Path
 
 import pytest
 from pyspark.sql import SparkSession
+from typer.testing import CliRunner
 
+from cli.audit_cmd import audit_app
 from rmpd.audit.job import run_audit
 from rmpd.audit.pcap import PcapError, udp_payloads
 from rmpd.audit.read import UnreadableInput
 from rmpd.protocol.ids import ViewId
 from rmpd.protocol.packets import Ack, Data, NewList, encode
 from rmpd.protocol.qos import QoS
+from rmpd.runtime.auth import DatagramGuard, GroupKey
 
 A, B, C, OUTSIDER = "10.0.0.1:7000", "10.0.0.2:7000", "10.0.0.3:7000", "10.0.0.9:7000"
 V1 = ViewId(A, 1)
@@ -87,7 +90,7 @@ def test_clean_capture_holds(spark: SparkSession, tmp_path: Path) -> None:
     report = run_audit(spark, [], pcaps=[str(path)])
     verdict = {r.name: (r.checked, r.violations) for r in report.results}
     # Slots: New List at 5 (V1); ACK 6, data 7, ACK 8 (V2).  Token checks: 3 ACKs + 1 New List.
-    assert verdict == {"wire-one-order": (4, 0), "wire-token-member": (4, 0)}
+    assert verdict == {"wire-one-order": (4, 0), "wire-token-member": (4, 0), "wire-authentic": (0, 0)}
     assert report.exit_code == 0
 
 
@@ -114,3 +117,61 @@ def test_not_a_pcap_is_unreadable(spark: SparkSession, tmp_path: Path) -> None:
     path.write_bytes(b"\x0a\x0d\x0d\x0a" + bytes(60))
     with pytest.raises(UnreadableInput, match="pcapng"):
         run_audit(spark, [], pcaps=[str(path)])
+
+
+KEY = GroupKey.from_secret(bytes(range(32)))
+OTHER_KEY = GroupKey.from_secret(bytes(range(1, 33)))
+
+
+def sealed_traffic(encrypt: bool, key: GroupKey = KEY) -> list[bytes]:
+    """The clean traffic as a keyed group's daemons put it on the wire (the junk stays as it is)."""
+    guard = DatagramGuard(key, encrypt=encrypt)
+    return [guard.seal(p) if p.startswith(b"RM") else p for p in clean_traffic()]
+
+
+@pytest.mark.parametrize("encrypt", [False, True])
+def test_a_keyed_groups_capture_passes_with_its_key(spark: SparkSession, tmp_path: Path, encrypt: bool) -> None:
+    path = tmp_path / "keyed.pcap"
+    payloads = sealed_traffic(encrypt)
+    assert all(p[:2] in (b"RA", b"RE") for p in payloads[:-1])
+    write_pcap(path, payloads)
+    report = run_audit(spark, [], pcaps=[str(path)], key=KEY)
+    verdict = {r.name: (r.checked, r.violations) for r in report.results}
+    assert verdict == {"wire-one-order": (4, 0), "wire-token-member": (4, 0), "wire-authentic": (5, 0)}
+
+
+def test_a_tampered_keyed_capture_is_caught(spark: SparkSession, tmp_path: Path) -> None:
+    payloads = sealed_traffic(encrypt=False)
+    flipped = bytearray(payloads[2])
+    flipped[10] ^= 0x01  # one bit of the ACK's body: its MAC no longer matches
+    forged = encode(Ack(V2, C, 9, A, 0, ()))  # an unsigned RMP packet injected into a keyed group
+    path = tmp_path / "tampered.pcap"
+    write_pcap(path, [*payloads[:2], bytes(flipped), *payloads[3:], forged, sealed_traffic(False, OTHER_KEY)[4]])
+    report = run_audit(spark, [], pcaps=[str(path)], key=KEY, examples=5)
+    authentic = next(r for r in report.results if r.name == "wire-authentic")
+    assert report.exit_code == 1 and authentic.violations == 3
+    assert sorted(e["detail"].split()[1] for e in authentic.examples) == ["3", "7", "8"]  # frames count from 1
+
+
+def test_without_the_key_signed_captures_are_read_and_encrypted_ones_refused(spark: SparkSession,
+                                                                            tmp_path: Path) -> None:
+    signed, encrypted = tmp_path / "signed.pcap", tmp_path / "encrypted.pcap"
+    write_pcap(signed, sealed_traffic(encrypt=False))
+    write_pcap(encrypted, sealed_traffic(encrypt=True))
+    report = run_audit(spark, [], pcaps=[str(signed)])
+    assert {r.name: (r.checked, r.violations) for r in report.results}["wire-one-order"] == (4, 0)
+    with pytest.raises(UnreadableInput, match="--auth-key"):
+        run_audit(spark, [], pcaps=[str(encrypted)])
+
+
+def test_rmp_audit_takes_the_key_file(spark: SparkSession, tmp_path: Path) -> None:
+    path = tmp_path / "keyed.pcap"
+    write_pcap(path, sealed_traffic(encrypt=True))
+    key_file = tmp_path / "group.key"
+    key_file.write_text(bytes(range(32)).hex() + "\n")
+    key_file.chmod(0o400)
+    result = CliRunner().invoke(audit_app, ["--pcap", str(path), "--auth-key", str(key_file)])
+    assert result.exit_code == 0, result.output
+    assert "wire-authentic" in result.stdout
+    missing = CliRunner().invoke(audit_app, ["--pcap", str(path), "--auth-key", str(tmp_path / "none.key")])
+    assert missing.exit_code == 2 and "cannot read key file" in missing.stderr

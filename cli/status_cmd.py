@@ -4,18 +4,44 @@ from __future__ import annotations
 
 from typing import Annotated
 
+import trio
 import typer
-from rich.console import Console
+from rich.console import Console, Group
+from rich.live import Live
 from rich.table import Table
+from rich.text import Text
+
+from rmpd.client import Client
 
 from .client_common import JsonOption, emit_json, run_with_client
 
 status_app = typer.Typer()
 
 
+RATES = (
+    ("delivered", ("delivered",)),
+    ("datagrams in", ("datagrams_received_multicast", "datagrams_received_unicast")),
+    ("datagrams out", ("datagrams_sent",)),
+    ("retransmissions", ("data_retransmits", "ack_retransmits")),
+    ("NACKs sent", ("nacks_sent", "gap_nacks_sent", "tail_nacks_sent")),
+    ("dropped", ("malformed", "other_view", "auth_rejected", "send_dropped")),
+)
+"""What ``--watch`` shows per second: a label and the counters summed for it."""
+
+
 @status_app.command("status")
-def status(ctx: typer.Context, json_out: Annotated[bool, JsonOption] = False) -> None:
+def status(
+    ctx: typer.Context,
+    json_out: Annotated[bool, JsonOption] = False,
+    watch: Annotated[bool, typer.Option("--watch", help="Keep showing groups, members and rates; Ctrl-C ends.")]
+    = False,
+    interval: Annotated[float, typer.Option(min=0.1, help="Seconds between refreshes with --watch.")] = 1.0,
+    count: Annotated[int, typer.Option(min=0, help="With --watch: stop after this many refreshes (0: never).")] = 0,
+) -> None:
     """Show the daemon's process ID, groups, clients and counters."""
+    if watch:
+        _watch(ctx, interval, count)
+        return
     reply = run_with_client(ctx, lambda client: client.status())
     reply.pop("id", None)
     reply.pop("ok", None)
@@ -70,3 +96,46 @@ def _scmp(scmp: dict) -> str:
     return (f"lifetime {scmp['lifetime_ms']} ms ({scmp['estimator']}); accepted {scmp['new']}, duplicate "
             f"{scmp['duplicate']}, summary-rejected {scmp['summary_rejected']}, too early {scmp['too_early']}; "
             f"joins refused {joins}")
+
+
+def _watch(ctx: typer.Context, interval: float, count: int) -> None:
+    """One connection, a status request every ``interval``, redrawn in place; rates from the counters' change."""
+    console = Console()
+
+    async def body(client: Client) -> None:
+        previous: tuple[float, dict[str, int]] | None = None
+        shown = 0
+        with Live(console=console, auto_refresh=False, transient=False) as live:
+            while True:
+                reply = await client.status()
+                now = trio.current_time()
+                live.update(_watch_view(reply, previous, now), refresh=True)
+                previous = (now, reply["counters"])
+                shown += 1
+                if count and shown >= count:
+                    return
+                await trio.sleep(interval)
+
+    run_with_client(ctx, body)
+
+
+def _watch_view(reply: dict, previous: tuple[float, dict[str, int]] | None, now: float) -> Group:
+    head = Text(f"rmpd {reply['pid']}  clients {reply['clients']}", style="bold")
+    groups = Table(box=None, pad_edge=False)
+    for column in ("group", "members", "view"):
+        groups.add_column(column, overflow="fold")
+    for g in reply["groups"]:
+        groups.add_row(g["group"], "\n".join(g["members"]) or "-", g["view"] or "(joining)")
+    rates = Table(box=None, pad_edge=False)
+    rates.add_column("per second")
+    rates.add_column("", justify="right")
+    counters = reply["counters"]
+    for label, names in RATES:
+        total = sum(counters.get(n, 0) for n in names)
+        if previous is None or now <= previous[0]:
+            shown = "..."
+        else:
+            before = sum(previous[1].get(n, 0) for n in names)
+            shown = f"{(total - before) / (now - previous[0]):,.1f}/s"
+        rates.add_row(label, shown)
+    return Group(head, groups if reply["groups"] else Text("in no group"), Text(""), rates)

@@ -316,3 +316,8 @@ def test_status_reads_whole_at_80_columns_and_its_json_keys_are_one_style(daemon
     scmp = next(g["scmp"] for g in a.rmp_json("status")["groups"] if g["group"] == group)
     assert not [key for key in scmp if "-" in key], scmp
     assert {"summary_rejected", "too_early", "new", "duplicate"} <= set(scmp)
+    a.rmp("send", group, "one")
+    watched = a.rmp("status", "--watch", "--interval", "0.2", "--count", "3").stdout
+    assert group in watched and b.pid in watched and "per second" in watched
+    rates = [line for line in watched.splitlines() if line.strip().startswith("datagrams out")]
+    assert rates and rates[-1].rstrip().endswith("/s"), watched

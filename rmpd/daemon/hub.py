@@ -289,6 +289,7 @@ class Hub:
                 "joining": status is None,  # listed, with no membership yet
                 "persistent": group in self.persistent,
                 "min_partition": localapi.min_partition_name(view.min_partition) if view else None,
+                "ttl": self.loop.group_ttl.get(group),  # what its multicasts go out with
                 "clients": len(self.attached.get(group, ())),
                 "locks": sorted(lock for (g, lock) in self.lock_owner if g == group),
                 "buffers": self._buffers(group, status),

@@ -2,9 +2,9 @@
 
 Pure rules, one table: given the current view and a request, what the New List holds and whether the request was
 granted.  A join puts the newcomer directly after the token site (so it takes the token next and proves it is
-there) and the view keeps the stricter minimum partition of the group's and the newcomer's; a leave removes the
-member and frees its locks; a lock is granted only when nobody else holds it, and a denied request still yields a
-New List, with the member list unchanged.
+there) and the view keeps the stricter minimum partition of the group's and the newcomer's, and the newcomer's
+multicast TTL; a leave removes the member with its TTL and frees its locks; a lock is granted only when nobody else
+holds it, and a denied request still yields a New List, with the member list unchanged.
 """
 
 from __future__ import annotations
@@ -42,6 +42,7 @@ class Change:
     min_partition: int
     granted: bool
     changed: bool
+    ttls: tuple[tuple[ProcessId, int], ...] = ()
 
 
 @dataclass
@@ -52,6 +53,7 @@ class _Draft:
     unicast_only: set[ProcessId]
     locks: dict[int, ProcessId]
     min_partition: int
+    ttls: dict[ProcessId, int]
     granted: bool = False
     changed: bool = False
 
@@ -66,6 +68,7 @@ def _join(draft: _Draft, view: View, request: ListChangeRequest, token_site: Pro
         if not request.multicast_capable:
             draft.unicast_only.add(src)
         draft.min_partition = _stricter(draft.min_partition, request.min_partition, len(draft.members))
+        draft.ttls[src] = request.ttl
         draft.changed = True
 
 
@@ -85,6 +88,7 @@ def _leave(draft: _Draft, view: View, request: ListChangeRequest, token_site: Pr
     if src in view and len(draft.members) > 1:
         draft.members.remove(src)
         draft.unicast_only.discard(src)
+        draft.ttls.pop(src, None)
         draft.locks = {n: holder for n, holder in draft.locks.items() if holder != src}
         draft.granted = draft.changed = True
 
@@ -117,9 +121,9 @@ granted; a denied request still yields a New List, with the member list unchange
 
 def apply_change(view: View, request: ListChangeRequest, token_site: ProcessId) -> Change:
     """The view that answers ``request``, made at ``token_site``."""
-    draft = _Draft(list(view.members), set(view.unicast_only), dict(view.locks), view.min_partition)
+    draft = _Draft(list(view.members), set(view.unicast_only), dict(view.locks), view.min_partition, dict(view.ttls))
     rule = RULES.get(request.op)
     if rule is not None:
         rule(draft, view, request, token_site)
     return Change(tuple(draft.members), frozenset(draft.unicast_only), tuple(sorted(draft.locks.items())),
-                  draft.min_partition, draft.granted, draft.changed)
+                  draft.min_partition, draft.granted, draft.changed, tuple(sorted(draft.ttls.items())))

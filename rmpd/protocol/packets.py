@@ -20,6 +20,7 @@ import msgpack
 
 from .ids import ProcessId, ViewId, split_process_id
 from .qos import QoS
+from .view import View
 
 MAGIC = b"RM"
 VERSION = 1
@@ -388,7 +389,9 @@ class NewList(Packet):
     (lock number, holder).  ``request`` names the List Change Request it
     answers (src, request id) and ``granted`` whether the change was made.  ``join_floor`` is the group's SCMP
     ``upper`` for join requests: a join from a process the ``done`` table does not know is refused when stamped at
-    or below it (docs/protocol.md, "Join requests and SCMP").
+    or below it (docs/protocol.md, "Join requests and SCMP").  ``ttls`` the multicast TTL each member asked for
+    (the view's TTL is the largest) and ``address`` the group's multicast address (``ip:port``), which a joiner
+    checks against the address it derived from the name (section 3.1).
     """
 
     view: ViewId
@@ -407,16 +410,23 @@ class NewList(Packet):
     granted: bool
     address: str | None
     join_floor: int = 0
+    ttls: tuple[tuple[ProcessId, int], ...] = ()
     TYPE: ClassVar[PacketType] = PacketType.NEW_LIST
     KINDS: ClassVar[tuple[str, ...]] = (
         "view", "pid", "uint", "pid", "str", "view", "members", "seqs", "seqs", "locks", "uint",
-        "opt_pid", "opt_uint", "bool", "opt_str", "uint",
+        "opt_pid", "opt_uint", "bool", "opt_str", "uint", "seqs",
     )
 
     @property
     def last_ts(self) -> int:
         """A New List orders only itself."""
         return self.ts
+
+    def installed_view(self) -> View:
+        """The view this New List installs."""
+        return View(self.new_view, tuple(m for m, _ in self.members),
+                    frozenset(m for m, capable in self.members if not capable), self.locks, self.min_partition,
+                    self.ttls)
 
 
 @dataclass(frozen=True, slots=True)

@@ -163,14 +163,14 @@ class RmpProcess:
         self.joining[group] = attempt
         self._send_join(attempt, now)
 
-    def create(self, group: str, now: float, *, min_partition: int = 1) -> GroupEngine:
-        """Form a new group with this process as its only member."""
+    def create(self, group: str, now: float, *, min_partition: int = 1, ttl: int = 1) -> GroupEngine:
+        """Form a new group with this process as its only member (asking for multicast TTL ``ttl``)."""
         view_id = self.view_counter.next_view_id(now)
         while view_id is None:  # at most one view per ms of uptime: the caller's clock moved too little
             now += 0.001
             view_id = self.view_counter.next_view_id(now)
         view = View(view_id, (self.pid,), frozenset() if self.multicast_capable else frozenset({self.pid}),
-                    min_partition=min_partition)
+                    min_partition=min_partition, ttls=((self.pid, ttl),))
         return self._install(group, view, now)
 
     def found(self, group: str, view: View, now: float) -> GroupEngine:
@@ -414,7 +414,7 @@ class RmpProcess:
         if not wish.group_heard and len(wishers) >= wish.needed and min(wishers) == self.pid:
             del self.rejoin_wishes[group]
             self.stats["refounded"] += 1
-            self.create(group, now, min_partition=wish.min_partition)
+            self.create(group, now, min_partition=wish.min_partition, ttl=wish.ttl)
         wish.group_heard = False
 
     def _rejoin_probes(self, now: float) -> None:
@@ -446,7 +446,8 @@ class RmpProcess:
                         self._out.events.append(JoinFailed(group, f"no member of {group!r} answered "
                                                               f"{attempt.tries} join requests"))
                     else:
-                        self.create(group, now, min_partition=attempt.request.min_partition)
+                        self.create(group, now, min_partition=attempt.request.min_partition,
+                                    ttl=attempt.request.ttl)
                 else:
                     self._send_join(attempt, now)
         self._rejoin_probes(now)
@@ -528,9 +529,7 @@ class RmpProcess:
             return
         del self.joining[nl.group]
         self.rejoin_wishes.pop(nl.group, None)
-        view = View(nl.new_view, tuple(m for m, _ in nl.members),
-                    frozenset(m for m, capable in nl.members if not capable), nl.locks, nl.min_partition)
-        self._install(nl.group, view, now, joined_by=nl)
+        self._install(nl.group, nl.installed_view(), now, joined_by=nl)
 
     def _install(self, group: str, view: View, now: float, joined_by: NewList | None = None) -> GroupEngine:
         self._join_ids.pop(group, None)  # a new membership: requests made before it answer nothing any more

@@ -286,6 +286,7 @@ class Reformation:
             old.view_id, self.pid, sync_ts + 1, self.pid, self.group, view_id,
             tuple((m, m not in old.unicast_only) for m in members), (), done,
             locks, old.min_partition, None, init.version, True, None, join_floor,
+            tuple((m, ttl) for m, ttl in old.ttls if m in members),
         )
         init.acks = {self.pid}
         self._record("recovery", now, version=init.version, role="propose", members=list(members))

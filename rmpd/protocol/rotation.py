@@ -24,7 +24,6 @@ from .repair import Repair
 from .sender import Sender
 from .stability import Holdings
 from .token import Token
-from .view import View
 from .viewchange import ViewChanges
 
 
@@ -89,8 +88,7 @@ class Rotation:
         if not self._place(nl, SlotKind.VIEW, now):
             return
         self.changes.new_list_placed(nl)
-        new_view = View(nl.new_view, tuple(m for m, _ in nl.members),
-                        frozenset(m for m, capable in nl.members if not capable), nl.locks, nl.min_partition)
+        new_view = nl.installed_view()
         views = self.views
         views.known[nl.new_view] = new_view
         if nl.ts > self.token.latest_ack_ts:

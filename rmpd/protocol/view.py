@@ -2,8 +2,8 @@
 
 A view is an ordered member list under a unique view ID; the token travels round the list in order.  Members that
 cannot receive multicast are listed in ``unicast_only``: multicasts to the view are also unicast to them (section
-3.4).  Locks (the first six are handler locks) and the minimum partition size live in the view, because they change
-only through New List packets.
+3.4).  Locks (the first six are handler locks), the minimum partition size and the members' multicast TTLs live in
+the view, because they change only through New List packets.
 """
 
 from __future__ import annotations
@@ -22,7 +22,11 @@ class View:
     unicast_only: frozenset[ProcessId] = frozenset()
     locks: tuple[tuple[int, ProcessId], ...] = ()
     min_partition: int = 1
+    ttls: tuple[tuple[ProcessId, int], ...] = ()
+    """The multicast TTL each member asked for when it joined (section 3.1: the group uses the largest)."""
     _index: dict[ProcessId, int] = field(init=False, repr=False, compare=False)
+    ttl: int = field(init=False, compare=False)
+    """The TTL every member multicasts to the group with: the largest any member asked for, 1 without any."""
 
     def __post_init__(self) -> None:
         if not self.members:
@@ -30,6 +34,7 @@ class View:
         if len(set(self.members)) != len(self.members):
             raise ValueError("duplicate member in view")
         object.__setattr__(self, "_index", {pid: i for i, pid in enumerate(self.members)})
+        object.__setattr__(self, "ttl", max((t for m, t in self.ttls if m in self._index), default=1))
 
     @property
     def size(self) -> int:

@@ -140,7 +140,7 @@ class ViewChanges:
                 tuple((m, m not in change.unicast_only) for m in members),
                 tuple(seqs.items()), tuple(done.items()), change.locks, change.min_partition,
                 None if replaces else request.src, None if replaces else request.request_id, change.granted, None,
-                self.join_floor,
+                self.join_floor, change.ttls,
             )
         return None
 

@@ -107,7 +107,11 @@ class ProcessLoop:
                                   seq_base=wall_ms * 1000, scmp=scmp)
         self.application: Application = _NoApplication()
         self.metrics = LoopMetrics(self)
+        self.asked_ttl: dict[str, int] = {}
+        """Per group, the multicast TTL this process asked for when it joined (the largest its clients wanted)."""
         self.group_ttl: dict[str, int] = {}
+        """Per group, the TTL multicasts go out with: the view's (the largest any member asked for), or this
+        process's own while it has no view."""
         self.listeners: dict[tuple[str, int], Listener] = {}
         self._nursery: trio.Nursery | None = None
         self._timer_scope: trio.CancelScope | None = None
@@ -193,8 +197,9 @@ class ProcessLoop:
              existing_only: bool = False) -> None:
         """Start joining; the owner hears ViewInstalled or JoinFailed.  Raises ValueError for a bad name."""
         address = group_address(group, self.address_range)
-        wanted = max(ttl if ttl is not None else self.default_ttl, self.group_ttl.get(group, 0))
-        self.group_ttl[group] = wanted
+        wanted = max(ttl if ttl is not None else self.default_ttl, self.asked_ttl.get(group, 0))
+        self.asked_ttl[group] = wanted
+        self.group_ttl[group] = max(wanted, self.group_ttl.get(group, 0))
         if group in self.process.groups():
             return  # a member, joining, or leaving: a leaving group is joined again once it is left (the owner asks
             # on the Left event)
@@ -353,6 +358,9 @@ class ProcessLoop:
                                   now)
             elif isinstance(event, ViewInstalled):
                 metrics.view_installed(event.group)
+                view = process.view(event.group)
+                if view is not None:
+                    self.group_ttl[event.group] = max(view.ttl, self.asked_ttl.get(event.group, self.default_ttl))
             elif isinstance(event, ENDED) and not (isinstance(event, Left) and event.rejoining):
                 self._unlisten(event.group)  # a process that rejoins by itself listens for its group meanwhile
         if out.persist is not None:
@@ -429,6 +437,7 @@ class ProcessLoop:
 
     def _unlisten(self, group: str) -> None:
         self.group_ttl.pop(group, None)
+        self.asked_ttl.pop(group, None)
         for address, listener in list(self.listeners.items()):
             listener.groups.discard(group)
             if not listener.groups:

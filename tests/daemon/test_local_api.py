@@ -306,8 +306,10 @@ def test_status_reads_whole_at_80_columns_and_its_json_keys_are_one_style(daemon
     a, b = daemons(), daemons()
     group = unique("status")
     a.rmp("join", group)
-    b.rmp("join", group)
+    b.rmp("join", group, "--ttl", "3")
     wait_for(lambda: sorted(a.members(group)) == sorted([a.pid, b.pid]), 30, "one view of both daemons")
+    # The view carries the largest TTL any member asked for: a multicasts with b's 3 (paper section 3.1).
+    assert next(g["ttl"] for g in a.status()["groups"] if g["group"] == group) == 3
     text = a.rmp("status").stdout
     assert max(len(line) for line in text.splitlines()) <= 80, text
     view = next(g["view"] for g in a.status()["groups"] if g["group"] == group)

@@ -146,6 +146,22 @@ def test_leave_commits_then_departs_and_nothing_sent_is_lost() -> None:
     assert net[2].stats["delivered"] == len(net.delivered(2)) and net[2].stats["sent"] >= 1
 
 
+def test_the_view_carries_the_largest_ttl_a_member_asked_for_through_joins_leaves_and_a_reformation() -> None:
+    net = Net(4)
+    net.do(0, lambda p, now: p.create("g", now))
+    for i, ttl in ((1, 4), (2, 2), (3, 1)):
+        net.do(i, lambda p, now, ttl=ttl: p.join("g", now, ttl=ttl))
+        net.advance(0.5)
+    assert [net[i].view("g").ttl for i in range(4)] == [4, 4, 4, 4]
+    net.do(1, lambda p, now: p.leave("g", now))  # the member that asked for 4 leaves: the others' largest is 2
+    net.advance(10.0)
+    assert [net[i].view("g").ttl for i in (0, 2, 3)] == [2, 2, 2]
+    net.down.add(net.pids[2])  # it crashes: the reformation's view keeps the survivors' TTLs
+    net.advance(30.0)
+    survivors = [net[i].view("g") for i in (0, 3)]
+    assert all(view.members == (net.pids[0], net.pids[3]) and view.ttl == 1 for view in survivors), survivors
+
+
 def test_locks_are_granted_once_and_released() -> None:
     net = group_of(3)
     net.do(1, lambda p, now: p.lock("g", 0, now))

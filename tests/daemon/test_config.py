@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -100,11 +102,18 @@ def test_rmpd_says_where_it_serves_and_refuses_a_bad_interface_in_one_line(tmp_p
     assert result.returncode == 2
     assert len(result.stderr.strip().splitlines()) == 1 and "no-such-if0" in result.stderr
     env = {**os.environ, "XDG_RUNTIME_DIR": str(tmp_path)}
-    proc = subprocess.Popen([RMPD, "--port", "0"], stderr=subprocess.PIPE, text=True, env=env)
+    with running_rmpd([RMPD, "--port", "0"], env) as line:
+        assert "127.0.0.1:" in line and str(tmp_path / "rmpd.sock") in line, line
+
+
+@contextlib.contextmanager
+def running_rmpd(argv: list[str], env: dict[str, str] | None = None) -> Iterator[str]:
+    """An rmpd started with ``argv``, for the body: its first line on stderr (where it serves); SIGTERM after,
+    which must end it with status 0."""
+    proc = subprocess.Popen(argv, stderr=subprocess.PIPE, text=True, env=env)
     try:
         assert proc.stderr is not None
-        line = proc.stderr.readline()
-        assert "127.0.0.1:" in line and str(tmp_path / "rmpd.sock") in line, line
+        yield proc.stderr.readline()
     finally:
         proc.terminate()
         assert proc.wait(15) == 0
@@ -112,20 +121,14 @@ def test_rmpd_says_where_it_serves_and_refuses_a_bad_interface_in_one_line(tmp_p
 
 def test_a_second_rmpd_on_a_taken_port_names_the_port_and_the_likely_cause(tmp_path: Path) -> None:
     env = {**os.environ, "XDG_RUNTIME_DIR": str(tmp_path)}
-    first = subprocess.Popen([RMPD, "--port", "0", "--state-dir", str(tmp_path / "one")], stderr=subprocess.PIPE,
-                             text=True, env=env)
-    try:
-        assert first.stderr is not None
-        pid = first.stderr.readline().split("process ", 1)[1].split(",", 1)[0]  # "rmpd: process IP:PORT, ..."
+    with running_rmpd([RMPD, "--port", "0", "--state-dir", str(tmp_path / "one")], env) as serving:
+        pid = serving.split("process ", 1)[1].split(",", 1)[0]  # "rmpd: process IP:PORT, clients on ..."
         port = pid.rsplit(":", 1)[1]
         second = subprocess.run([RMPD, "--port", port, "--socket", str(tmp_path / "two.sock"), "--state-dir",
                                  str(tmp_path / "two")], capture_output=True, text=True, timeout=30)
-        assert second.returncode == 1
-        (line,) = second.stderr.strip().splitlines()
-        assert f"cannot bind UDP {pid}: address already in use" in line and "--port" in line, line
-    finally:
-        first.terminate()
-        assert first.wait(15) == 0
+    assert second.returncode == 1
+    (line,) = second.stderr.strip().splitlines()
+    assert f"cannot bind UDP {pid}: address already in use" in line and "--port" in line, line
 
 
 def test_the_unit_as_installed_by_install_systemd_verifies_and_its_command_runs(tmp_path: Path) -> None:
@@ -152,11 +155,5 @@ def test_the_unit_as_installed_by_install_systemd_verifies_and_its_command_runs(
     argv = exec_start.split()
     argv = [str(root) + argv[0], argv[1], str(root) + argv[2], "--port", "0", "--socket", str(tmp_path / "s.sock"),
             "--state-dir", str(tmp_path / "state")]
-    proc = subprocess.Popen(argv, stderr=subprocess.PIPE, text=True)
-    try:
-        assert proc.stderr is not None
-        line = proc.stderr.readline()
+    with running_rmpd(argv) as line:
         assert "rmpd: process" in line and str(tmp_path / "s.sock") in line, line
-    finally:
-        proc.terminate()
-        assert proc.wait(15) == 0

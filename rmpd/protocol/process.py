@@ -8,8 +8,10 @@ records, the next deadline.
 Joining (paper 4.3): the process multicasts a List Change Request to the group's address and resends it until a New
 List admits it.  After ``join_retries`` unanswered requests it forms a group of its own, unless the join asked for an
 existing group only, in which case the join fails; but while an Alive of the group was heard lately, it asks again
-instead (up to ``HEARD_ROUNDS`` times): the group exists.  A request the group's SCMP filter refuses is answered: the
-process asks again under a new request ID and counts its tries from zero, since the group exists.
+instead (up to ``HEARD_ROUNDS`` times): the group exists.  A reformation heard meanwhile counts the same (a reforming
+group sends no Alives, and a process restarted under its old ID is often what made it reform).  A request the
+group's SCMP filter refuses is answered: the process asks again under a new request ID and counts its tries from
+zero, since the group exists.
 
 A membership that ends without the application asking (the view merged into another, or this member was cut off
 and stopped) leaves a wish to rejoin: the process joins the group again, as a new member, when it next hears an
@@ -33,6 +35,7 @@ from .multirpc import ScmpSettings, start_upper
 from .ordering import DeliveredBefore
 from .outbox import OutputLists, Outputs
 from .packets import (
+    Ack,
     Alive,
     CallStatus,
     DecodeError,
@@ -41,6 +44,10 @@ from .packets import (
     NonMemberAck,
     NonMemberData,
     Packet,
+    RecoveryAbort,
+    RecoveryAckNewList,
+    RecoveryStart,
+    RecoveryVote,
     decode,
     encode,
 )
@@ -86,6 +93,9 @@ REJOIN_BACKOFF_MAX = 30.0
 HEARD_ROUNDS = 4
 """Rounds of join requests a join makes again, before founding or failing, while the group can be heard: its
 token may be on its way back from a failure (a restart's old incarnation is being removed)."""
+
+REFORMATION_PACKETS = (RecoveryStart, RecoveryVote, RecoveryAckNewList, RecoveryAbort)
+"""A reformation's own packets: heard by a joiner, they say that some group where it listens is reforming."""
 
 
 class NotMember(Exception):
@@ -391,9 +401,21 @@ class RmpProcess:
                 engine.receive_packet(packet, now)
                 return
         self.stats["other_view"] += 1
+        if self.joining and (type(packet) in REFORMATION_PACKETS
+                             or (type(packet) is Ack and packet.next_site == self.pid)):
+            self._maybe_our_group(now)
         for engine in self.engines.values():
             if engine.witness_of_unknown_view(packet) is not None:
                 engine.receive_packet(packet, now)  # the engine notes a view it has not seen yet
+
+    def _maybe_our_group(self, now: float) -> None:
+        """A reformation runs where this process listens, or a token is passed to this process ID in a view it
+        does not know (its previous incarnation's): a group it is joining may be reforming, and a reforming group
+        sends no Alives.  It counts as heard, so the join keeps asking rather than found a view beside the group
+        that would have to merge later; asking is bounded by ``HEARD_ROUNDS`` as for an Alive."""
+        self.stats["reformation_heard_while_joining"] += 1
+        for group in self.joining:
+            self._group_heard_at[group] = now
 
     _ROUTES: dict[type, Callable[[RmpProcess, Any, float], None]] = {
         NonMemberAck: _on_non_member_ack, NewList: _on_new_list, ListChangeRequest: _by_group,

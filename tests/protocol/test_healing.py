@@ -7,6 +7,7 @@ import random
 
 from rmpd.protocol.config import EngineConfig
 from rmpd.protocol.events import Left, Undelivered
+from rmpd.protocol.packets import NewList
 from rmpd.protocol.process import RmpProcess
 from rmpd.protocol.reformation import MIN_PARTITION_MAJORITY
 
@@ -108,6 +109,35 @@ def test_a_restarted_process_is_admitted_again_without_waiting_for_failure_detec
     net.send(2, b"from the new incarnation")
     net.advance(1.0)
     assert net.delivered(0)[-1] == b"from the new incarnation"
+
+
+def test_a_process_restarted_while_its_group_reforms_joins_it_instead_of_founding_a_view_alone() -> None:
+    """A daemon killed and restarted on its port joins as its group reforms without the old incarnation; the
+    reformation sends no Alives, so the join once found no answer for ``join_retries`` and founded a view of one
+    beside the group, which had to merge back later (seconds more)."""
+    daemon_like = EngineConfig(request_interval=0.2, join_retries=4)
+    net = formed(4, daemon_like)
+    pid = net.pids[3]
+    net.down.add(pid)
+    reforming = net.advance_until(lambda: net[0].status("g").reforming, 10.0, step=0.01)
+    assert reforming is not None
+    # The reformation is slow (its New Lists are lost for a while), as under loss on a loaded host; the restarted
+    # process hears its other packets all along.
+    slow_until = net.now + 5.0
+    net.drop = lambda src, dst, packet: (pid not in (src, dst) and type(packet) is NewList
+                                         and net.now < slow_until)
+    wall_ms = 1_700_000_000_000 + int(net.now * 1000) + 3
+    restart = RmpProcess(pid=pid, config=daemon_like, rng=random.Random(7), now=net.now, wall_ms=wall_ms,
+                         seq_base=wall_ms * 1000)
+    net.nodes[pid] = restart
+    net.procs[pid] = restart
+    net.down.discard(pid)
+    net.do(3, lambda p, now: p.join("g", now))
+    lone = []
+    back = net.advance_until(lambda: lone.append(net[3].view("g")) or one_view(net, [0, 1, 2, 3]), 30.0, step=0.01)
+    assert back is not None
+    assert all(view is None or view.size > 1 for view in lone), "the restarted process founded a view of its own"
+    assert net[3].counters()["reformation_heard_while_joining"] >= 1
 
 
 def test_a_member_cut_off_stops_reports_its_unordered_messages_and_rejoins_after_the_heal() -> None:

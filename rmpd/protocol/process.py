@@ -94,6 +94,9 @@ HEARD_ROUNDS = 4
 """Rounds of join requests a join makes again, before founding or failing, while the group can be heard: its
 token may be on its way back from a failure (a restart's old incarnation is being removed)."""
 
+REFORMATION_ROUNDS = 1
+"""Rounds of join requests made again because a reformation was heard (and no Alive): enough to outlast one."""
+
 REFORMATION_PACKETS = (RecoveryStart, RecoveryVote, RecoveryAckNewList, RecoveryAbort)
 """A reformation's own packets: heard by a joiner, they say that some group where it listens is reforming."""
 
@@ -144,6 +147,8 @@ class RmpProcess:
         self._join_settings: dict[str, tuple[int, int]] = {}
         """Per group, the (min_partition, ttl) its join asked for: a rejoin asks for the same."""
         self._group_heard_at: dict[str, float] = {}
+        self._reformation_heard_at: dict[str, float] = {}
+        """Per group being joined, when a reformation was last heard where it listens (``_maybe_our_group``)."""
         """When an Alive of each group this process holds no membership of was last heard: a join unanswered while
         its group is heard is not answered yet (the token is on its way back), not a group nobody is in."""
         self._join_ids: dict[str, set[int]] = {}
@@ -411,11 +416,13 @@ class RmpProcess:
     def _maybe_our_group(self, now: float) -> None:
         """A reformation runs where this process listens, or a token is passed to this process ID in a view it
         does not know (its previous incarnation's): a group it is joining may be reforming, and a reforming group
-        sends no Alives.  It counts as heard, so the join keeps asking rather than found a view beside the group
-        that would have to merge later; asking is bounded by ``HEARD_ROUNDS`` as for an Alive."""
+        sends no Alives.  The join asks one more round (``REFORMATION_ROUNDS``) rather than found a view beside the
+        group that would have to merge later.  Only one: the reformation may be another group's on the same address,
+        or one that will not admit this process soon, and a joiner kept waiting longer leaves stale requests that
+        admit it where it no longer listens."""
         self.stats["reformation_heard_while_joining"] += 1
         for group in self.joining:
-            self._group_heard_at[group] = now
+            self._reformation_heard_at[group] = now
 
     _ROUTES: dict[type, Callable[[RmpProcess, Any, float], None]] = {
         NonMemberAck: _on_non_member_ack, NewList: _on_new_list, ListChangeRequest: _by_group,
@@ -446,13 +453,17 @@ class RmpProcess:
             if group not in self.joining and group not in self.engines and now >= wish.not_before:
                 self._ask_to_rejoin(group, wish, now)
 
+    def _heard_lately(self, heard_at: dict[str, float], group: str, now: float) -> bool:
+        heard = heard_at.get(group)
+        return heard is not None and now - heard <= 2 * self.config.alive_interval
+
     def handle_timer(self, now: float) -> None:
         for group, attempt in list(self.joining.items()):
             if attempt.timer.expired(now):
-                heard = self._group_heard_at.get(group)
-                if attempt.tries >= self.config.join_retries and heard is not None and (
-                        now - heard <= 2 * self.config.alive_interval) and not attempt.rejoin and (
-                        attempt.rounds < HEARD_ROUNDS):
+                if attempt.tries >= self.config.join_retries and not attempt.rejoin and (
+                        (self._heard_lately(self._group_heard_at, group, now) and attempt.rounds < HEARD_ROUNDS)
+                        or (self._heard_lately(self._reformation_heard_at, group, now)
+                        and attempt.rounds < REFORMATION_ROUNDS)):
                     # The group can be heard: founding another view of it beside it would only make a merge.
                     self.stats["joins_kept_asking"] += 1
                     attempt.tries = 0

@@ -147,10 +147,10 @@ class RmpProcess:
         self._join_settings: dict[str, tuple[int, int]] = {}
         """Per group, the (min_partition, ttl) its join asked for: a rejoin asks for the same."""
         self._group_heard_at: dict[str, float] = {}
-        self._reformation_heard_at: dict[str, float] = {}
-        """Per group being joined, when a reformation was last heard where it listens (``_maybe_our_group``)."""
         """When an Alive of each group this process holds no membership of was last heard: a join unanswered while
         its group is heard is not answered yet (the token is on its way back), not a group nobody is in."""
+        self._reformation_heard_at: dict[str, float] = {}
+        """Per group being joined, when a reformation was last heard where it listens (``_maybe_our_group``)."""
         self._join_ids: dict[str, set[int]] = {}
         """Per group, every join request ID issued since the last membership of it began: a New List answering any
         of them admits this process, whichever attempt (a rejoin makes one after another) is running now."""

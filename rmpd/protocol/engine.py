@@ -386,10 +386,12 @@ class GroupEngine:
             if kind is Data and not self.departed and packet.qos.level != Level.UNRELIABLE and (  # type: ignore[attr-defined]
                     packet.view is not None and self._of_our_lineage(packet.view.creator)) and (
                     self.ordering.q.ts_of((src, packet.seq)) is not None  # type: ignore[attr-defined]
-                    or (self.frozen and (src in views.current or src in self.ordering.ordered_upto))):
+                    or (self.frozen and reformation.names(src, packet.seq))):  # type: ignore[attr-defined]
                 # Sent in a view before ours (before we joined, or before a reformation ordered it again): taken
-                # when an ACK we hold orders it (the ACK vouches for its identity) or, during a reformation, from a
-                # source our group's order has named, whose packets the shared sync point may name.  A source never
+                # when an ACK we hold orders it (the ACK vouches for its identity) or, during a reformation, when
+                # the shared sync point names it (some member holds it, so every member must).  Nothing more: a
+                # packet of a view that went on beside ours (the other side of a split, a view we merge into
+                # later) would otherwise be ordered again here, at another place than there.  A source never
                 # reuses a sequence number (a rejoin goes on from its last, a restart starts above), so (source,
                 # sequence number) names one packet.
                 self.stats["data_of_earlier_view"] += 1

@@ -295,6 +295,13 @@ class Reformation:
             return
         self._multicast(init.new_list, now)
 
+    def names(self, src: ProcessId, seq: int) -> bool:
+        """Does the sync point of the reformation under way (the one this member runs, or takes part in) name
+        packet ``seq`` of ``src``: a packet some member holds, which every member must hold to reach it."""
+        point = self.initiation.shared if self.initiation is not None else (
+            self.participation.target if self.participation is not None else None)
+        return point is not None and seq <= point[1].get(src, 0)
+
     def minimum_partition(self) -> int:
         """How many members of the old view a new view needs (the group's ``min_partition`` rule)."""
         view = self.views.current

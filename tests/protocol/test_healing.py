@@ -7,11 +7,13 @@ import random
 
 from rmpd.protocol.config import EngineConfig
 from rmpd.protocol.events import Left, Undelivered
-from rmpd.protocol.packets import NewList
+from rmpd.protocol.ids import ViewId
+from rmpd.protocol.packets import Data, NewList
 from rmpd.protocol.process import RmpProcess
+from rmpd.protocol.qos import QoS
 from rmpd.protocol.reformation import MIN_PARTITION_MAJORITY
 
-from .harness import Net
+from .harness import Net, Ring
 
 
 def one_view(net: Net, members: list[int]) -> bool:
@@ -170,3 +172,24 @@ def test_a_group_with_no_view_left_is_founded_again_by_a_majority_of_its_last_vi
     net.drop = lambda src, dst, p: False
     again = net.advance_until(lambda: one_view(net, [0, 1, 2]), 120.0, step=0.01)
     assert again is not None
+
+
+def test_during_a_reformation_only_data_its_sync_point_names_is_taken_from_a_view_not_known() -> None:
+    """A member reforming takes a packet of a view it does not know only when the shared sync point names it:
+    some member holds it, so every member must.  A packet of a view that went on beside ours (the other side of a
+    split, a view it merges into later) was once taken too, because its source had been in our order, and this
+    member's view then ordered it again, at another place than the other view did: two orders of one message."""
+    ring = Ring(3)
+    a, b, c = ring.pids
+    for i in range(3):
+        ring.send(i, b"before")
+    ring.advance(1.0)
+    engine = ring.engines[c]
+    ring.down.add(a)  # a goes silent: c ends up reforming
+    assert ring.advance_until(lambda: engine.frozen, 30.0, step=0.01) is not None
+    elsewhere = ViewId(b, 99_999)  # a view made by a member of ours that this member does not know
+    taken_before = engine.stats["data_of_earlier_view"]
+    next_of_a = engine.ordering.ordered_upto.get(a, 0) + 1
+    ring.do(2, lambda e, now: e.receive_packet(Data(elsewhere, a, next_of_a + 5, QoS.TOTAL, None, b"beside"), now))
+    assert engine.stats["data_of_earlier_view"] == taken_before, "data of a view beside ours was taken"
+    assert (a, next_of_a + 5) not in engine.ordering.data

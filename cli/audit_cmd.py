@@ -9,7 +9,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from rmpd.audit.inputs import EXIT_UNREADABLE, INSTALL_HINT, UnreadableInput, check_local
+from rmpd.audit.inputs import EXIT_UNREADABLE, INSTALL_HINT, SPARK_LOG_LEVELS, UnreadableInput, check_local
 from rmpd.runtime.auth import AuthKeyError, load_key_file
 
 audit_app = typer.Typer()
@@ -46,7 +46,7 @@ def audit(
     if not paths and not pcap:
         err.print("[red]error:[/red] give at least one journal PATH or --pcap FILE")
         raise typer.Exit(EXIT_UNREADABLE)
-    if spark_log not in ("error", "warn", "info", "debug"):
+    if spark_log not in SPARK_LOG_LEVELS:
         err.print(f"[red]error:[/red] --spark-log must be error, warn, info or debug, got {escape(spark_log)!r}")
         raise typer.Exit(EXIT_UNREADABLE)
     key = None

@@ -17,6 +17,9 @@ JOURNAL_SUFFIXES = (".jsonl", ".jsonl.gz", ".json", ".json.gz")
 EXIT_UNREADABLE = 2
 """Exit status of ``rmp audit`` for input it cannot read (1 is for violations)."""
 
+SPARK_LOG_LEVELS = ("error", "warn", "info", "debug")
+"""What ``rmp audit --spark-log`` takes: Spark's own log level on stderr."""
+
 INSTALL_HINT = "rmp audit needs PySpark (and Java 17): pip install 'rmpd[audit]'"
 
 

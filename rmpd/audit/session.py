@@ -12,8 +12,6 @@ from pyspark.sql import SparkSession
 LOG_CONFIG = Path(__file__).with_name("log4j2.properties")
 """Spark's log configuration while the auditor runs: ``error`` and worse unless a level is asked for."""
 
-SPARK_LOG_LEVELS = ("error", "warn", "info", "debug")
-
 
 def get_session(master: str | None = None, app_name: str = "rmp-audit", spark_log: str = "error") -> SparkSession:
     """Reuse a running session (tests, ``spark-submit``) or start one on ``master``.

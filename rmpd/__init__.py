@@ -19,6 +19,7 @@ if TYPE_CHECKING:
         Node,
         Rejoining,
         RmpdError,
+        State,
         Undelivered,
         ViewChange,
         connect,
@@ -29,11 +30,11 @@ _EXPORTS = {
     "connect": "rmpd.client", "Client": "rmpd.client", "Node": "rmpd.client", "Group": "rmpd.client",
     "Delivery": "rmpd.client", "ViewChange": "rmpd.client", "RmpdError": "rmpd.client",
     "ConnectionLost": "rmpd.client", "CallRequest": "rmpd.client", "Undelivered": "rmpd.client",
-    "Rejoining": "rmpd.client", "QoS": "rmpd.protocol.qos",
+    "Rejoining": "rmpd.client", "State": "rmpd.client", "QoS": "rmpd.protocol.qos",
 }
 
 __all__ = ["CallRequest", "Client", "ConnectionLost", "Delivery", "Group", "Node", "QoS", "Rejoining", "RmpdError",
-           "Undelivered", "ViewChange", "connect"]
+           "State", "Undelivered", "ViewChange", "connect"]
 
 
 def __getattr__(name: str) -> Any:

@@ -19,7 +19,7 @@ from typing import Any, NamedTuple
 import msgpack
 import trio
 
-from rmpd.protocol.limits import BadArgument, check_handler, check_lock
+from rmpd.protocol.limits import BadArgument, check_call_handler, check_handler, check_lock
 from rmpd.protocol.qos import QoS
 from rmpd.protocol.reformation import MIN_PARTITION_ALL, MIN_PARTITION_MAJORITY
 
@@ -302,7 +302,7 @@ def parse_request(frame: dict[str, Any]) -> Request:
     if "timeout" in values and not 0 < values["timeout"] <= MAX_CALL_TIMEOUT:
         raise RequestError(BAD_REQUEST, f"timeout must be in (0, {MAX_CALL_TIMEOUT}] seconds")
     try:
-        check_handler(values.get("handler"))
+        (check_call_handler if op == "call" else check_handler)(values.get("handler"))
         if "lock" in values:
             check_lock(values["lock"])
     except BadArgument as exc:

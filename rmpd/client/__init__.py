@@ -2,9 +2,9 @@
 
 from .connection import Client, connect
 from .errors import ConnectionLost, RmpdError
-from .events import CallRequest, Delivery, Rejoining, Undelivered, ViewChange
+from .events import CallRequest, Delivery, Rejoining, State, Undelivered, ViewChange
 from .group import Group
 from .node import Node
 
 __all__ = ["CallRequest", "Client", "ConnectionLost", "Delivery", "Group", "Node", "Rejoining", "RmpdError",
-           "Undelivered", "ViewChange", "connect"]
+           "State", "Undelivered", "ViewChange", "connect"]

@@ -8,7 +8,7 @@ socket fills, and the daemon cuts the connection with ``slow-consumer``: the pro
 from __future__ import annotations
 
 import itertools
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -20,6 +20,7 @@ from rmpd.localapi import DEFAULT_MAX_FRAME, FrameError, FrameReader, client_soc
 from rmpd.protocol.config import EngineConfig
 from rmpd.protocol.limits import MessageTooLarge, check_message_size
 from rmpd.protocol.qos import QoS
+from rmpd.protocol.view import LIBRARY_HANDLER
 
 from .batching import Coalescer, Poster, SendBatch
 from .errors import ConnectionLost, RmpdError, single_error
@@ -58,6 +59,8 @@ class Client:
         self._always_fits = 0
         """A payload up to this size passes every size check, whatever its QoS."""
         self._join_once = JoinOnce()
+        self._pid = ""
+        """The daemon's process ID (``hello``): the state transfer tells its own requests apart by it."""
 
     async def request(self, op: str, **fields: Any) -> dict[str, Any]:
         """Send one request and return its reply; RmpdError carries the daemon's structured error."""
@@ -92,18 +95,23 @@ class Client:
         return reply
 
     async def join(self, name: str, *, ttl: int | None = None, min_partition: int | str | None = None,
-                   persist: bool = False, existing_only: bool = False) -> Group:
+                   persist: bool = False, existing_only: bool = False, state: bool = False) -> Group:
         """Join ``name`` (the daemon joins it if needed); returns once the daemon is in a view of the group.
 
         ``min_partition``: ``"majority"``, ``"all"`` or a whole number (:func:`rmpd.localapi.parse_min_partition`),
         checked here so a bad one costs no round trip.  ``persist``: the daemon keeps the membership after this
-        connection ends and rejoins it when it starts again, until a persistent leave (what ``rmp join`` does)."""
+        connection ends and rejoins it when it starts again, until a persistent leave (what ``rmp join`` does).
+        ``state``: the group's state from a member that provides it is the first event (:class:`State`)."""
         if min_partition is not None:
             try:
                 min_partition = localapi.min_partition_name(localapi.parse_min_partition(min_partition))
             except ValueError as exc:
                 raise RmpdError(localapi.BAD_REQUEST, str(exc)) from None
-        return await self._join_once.run(name, lambda: self._join(name, ttl, min_partition, persist, existing_only))
+        group = await self._join_once.run(name, lambda: self._join(name, ttl, min_partition, persist,
+                                                                   existing_only))
+        if state:
+            group._ask_state()
+        return group
 
     async def _join(self, name: str, ttl: int | None, min_partition: int | str | None, persist: bool,
                     existing_only: bool) -> Group:
@@ -131,6 +139,7 @@ class Client:
         if "max_message" in hello and "max_packet" in hello:
             self._limits = EngineConfig(max_message=int(hello["max_message"]), max_packet=int(hello["max_packet"]))
             self._always_fits = min(self._limits.max_message, self._limits.max_packet, FRAME_ROOM)
+        self._pid = str(hello.get("pid", ""))
 
     def _check_size(self, payload: bytes, qos: QoS) -> None:
         if len(payload) <= self._always_fits:  # the common case, on every send and post
@@ -161,6 +170,16 @@ class Client:
                            stamp=request.stamp, payload=payload)
 
     # Backend of Group
+
+    def _process_id(self) -> str:
+        return self._pid
+
+    def _largest_message(self) -> int:
+        return min(self._limits.max_message, FRAME_ROOM) if self._limits is not None else FRAME_ROOM
+
+    def _spawn(self, task: Callable[[], Awaitable[None]]) -> None:
+        assert self._poster.nursery is not None
+        self._poster.nursery.start_soon(task)
 
     async def _send(self, group: str, payload: bytes, qos: QoS, handler: int | None) -> int:
         """Sends from concurrent tasks that arrive while one is being prepared travel in one ``send_batch``
@@ -255,12 +274,14 @@ class Client:
             name = group.name
             make = make_delivery
             deliveries: list[Delivery] = []
+            library = False
             for run in localapi.decode_runs_untrusted(frame["runs"]):
                 source, seq, qos, ts, view, handler = (run.source, run.seq, qos_of(run.qos), run.timestamp,
                                                        run.view, run.handler)
+                library = library or handler == LIBRARY_HANDLER
                 deliveries += [make(payload, source, seq, qos, ts, view, name, handler, index)
                                for index, payload in enumerate(run.payloads, run.first)]
-            await group._feed_deliveries(deliveries)
+            await group._feed_deliveries(deliveries, library)
         elif kind == localapi.EVENT_VIEW:
             await group._feed_wait(ViewChange(frame["view"], tuple(frame["members"]), group.name))
         elif kind == localapi.EVENT_UNDELIVERED:

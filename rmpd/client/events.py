@@ -1,6 +1,7 @@
-"""What iterating a Group yields: deliveries and view changes, in the order the group delivered them, and what the
+"""What iterating a Group yields: deliveries and view changes, in the order the group delivered them, what the
 program is told when its membership ends without a leave: the messages it sent that it will not see delivered
-(Undelivered), and that the process joins the group again (Rejoining)."""
+(Undelivered), and that the process joins the group again (Rejoining); and the group's state (State) for a
+program that asked for it."""
 
 from __future__ import annotations
 
@@ -76,6 +77,21 @@ class Rejoining:
 
 
 @dataclass(frozen=True, slots=True)
+class State:
+    """The group's state, for a program that joined with ``state=True``: its first event, and again after each
+    ``Rejoining``.  ``data`` is what a member's ``Group.provide_state`` callback returned at the cut (the place of
+    this program's request in the group's total order); every event after it follows the cut.  None when this
+    process was alone in its view: the program starts the state."""
+
+    data: bytes | None
+    provider: str | None
+    """The process ID of the member that sent it (None with no state)."""
+    view: str
+    members: tuple[str, ...]
+    group: str = ""
+
+
+@dataclass(frozen=True, slots=True)
 class CallRequest:
     """A non-member's call, for this member to answer because it holds the call's handler lock.
 
@@ -101,4 +117,4 @@ class CallRequest:
         await self._reply(self, bytes(payload))
 
 
-Event = Delivery | ViewChange | Undelivered | Rejoining
+Event = Delivery | ViewChange | Undelivered | Rejoining | State

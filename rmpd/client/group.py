@@ -7,6 +7,8 @@ so programs can switch between talking to the local daemon and being an RMP proc
 
 from __future__ import annotations
 
+import contextlib
+import math
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -15,9 +17,11 @@ from typing import Generic, Protocol, TypeVar
 import trio
 
 from rmpd.protocol.qos import QoS
+from rmpd.protocol.view import LIBRARY_HANDLER
 
 from .errors import RmpdError
 from .events import CallRequest, Delivery, Event, Rejoining, Undelivered, ViewChange
+from .state import CHUNK_SIZE, STATE_QOS, StateTransfer
 
 EVENT_BUFFER = 10_000
 
@@ -165,9 +169,14 @@ class GroupStatistics:
     """Messages posted to the group and not yet accepted or refused."""
     unread_calls_dropped: int
     """Calls that arrived while EVENT_BUFFER calls for their handler were already waiting to be read."""
+    state_chunks_sent: int = 0
+    """Chunks of this program's state sent to joiners (``provide_state``)."""
 
 
 class Backend(Protocol):
+    def _process_id(self) -> str: ...
+    def _largest_message(self) -> int: ...
+    def _spawn(self, task: Callable[[], Awaitable[None]]) -> None: ...
     def _posts_pending(self, group: str) -> int: ...
     async def _send(self, group: str, payload: bytes, qos: QoS, handler: int | None) -> int: ...
     async def _post(self, group: str, payload: bytes, qos: QoS, handler: int | None) -> None: ...
@@ -196,6 +205,15 @@ class Group:
         """Calls that arrived while EVENT_BUFFER calls for their handler were already waiting to be read."""
         self._caught_up: Callable[[], None] | None = None
         self._caught_up_at = 0
+        self._state: StateTransfer | None = None
+        self._looking = False
+        """Events are looked at one by one as the program reads them (the client library's own messages were
+        delivered, or state transfer is in use); otherwise they are handed over as queued."""
+        self._ready: deque[Event] = deque()
+        """Looked at, for the program to read next (a state, and the deliveries held back behind it)."""
+        self._backlog: deque[Event | RmpdError] = deque()
+        """Taken from the queue and not yet looked at: a batch ends before an event that needs the program to
+        have handled every event before it."""
 
     # Feeding (by the backend)
 
@@ -214,17 +232,38 @@ class Group:
             self.view, self._members = event.view, list(event.members)
         await self._events.put_many((event,))
 
-    def _feed_over(self, events: list[Delivery]) -> int:
+    def _feed_over(self, events: list[Delivery], library: bool = False) -> int:
         """Queue a packet's deliveries even past EVENT_BUFFER; the number queued (the embedded node then slows the
-        group)."""
+        group).  ``library``: they are the client library's own messages."""
+        if library:
+            self._transfer()
         return self._events.put_over(events)
+
+    def _transfer(self) -> StateTransfer:
+        """This group's state transfers; from now on events are looked at as the program reads them."""
+        if self._state is None:
+            backend = self._backend
+            self._state = StateTransfer(self.name, backend._process_id(), self._send_library, backend._spawn,
+                                        backend._largest_message())
+        self._looking = True
+        return self._state
+
+    async def _send_library(self, payload: bytes) -> int:
+        return await self._backend._send(self.name, payload, STATE_QOS, LIBRARY_HANDLER)
+
+    def _ask_state(self) -> None:
+        """Ask for the group's state (the backend joined with ``state=True``): the program's first event."""
+        self._ready.extend(self._transfer().ask(self.view, self._members))
 
     def _when_caught_up(self, backlog: int, callback: Callable[[], None]) -> None:
         """Call ``callback`` once, from the reader, when no more than ``backlog`` events are left to read."""
         self._caught_up_at, self._caught_up = backlog, callback
 
-    async def _feed_deliveries(self, deliveries: list[Delivery]) -> None:
-        """Queue a frame's deliveries at once, waiting while the buffer is full."""
+    async def _feed_deliveries(self, deliveries: list[Delivery], library: bool = False) -> None:
+        """Queue a frame's deliveries at once, waiting while the buffer is full; ``library``: some are the client
+        library's own messages."""
+        if library:
+            self._transfer()
         await self._events.put_many(deliveries)
 
     def _calls_of(self, handler: int) -> tuple[trio.MemorySendChannel[CallRequest],
@@ -250,6 +289,8 @@ class Group:
         self._events.close(error)
         for tx, _ in self._calls.values():
             tx.close()
+        if self._state is not None:
+            self._state.close()
 
     # The API
 
@@ -263,6 +304,7 @@ class Group:
         yet seen delivered."""
         if not isinstance(payload, bytes | bytearray | memoryview):
             raise TypeError("payload must be bytes")
+        _check_handler(handler)
         return await self._backend._send(self.name, bytes(payload), qos, handler)
 
     async def post(self, payload: bytes, *, qos: QoS = QoS.TOTAL, handler: int | None = None) -> None:
@@ -273,6 +315,7 @@ class Group:
         connection lost) is raised by the next ``post``, ``send`` or ``flush`` to this group."""
         if not isinstance(payload, bytes | bytearray | memoryview):
             raise TypeError("payload must be bytes")
+        _check_handler(handler)
         await self._backend._post(self.name, bytes(payload), qos, handler)
 
     async def flush(self) -> None:
@@ -311,22 +354,92 @@ class Group:
         finally:
             self._end()
 
+    def provide_state(self, snapshot: Callable[[], bytes], *, chunk_size: int = CHUNK_SIZE) -> None:
+        """Offer this program's state to programs that join with ``state=True`` (rmpd.client.state).
+
+        ``snapshot()`` is called, from the task reading the group, when the program has read every event before
+        a joiner's request and not the events after it: it must return the state as it stands then, with every
+        delivery read so far applied.  A program that itself joined with ``state=True`` offers once its own
+        :class:`State` is in.  Its snapshot travels in ``chunk_size`` byte messages, totally ordered."""
+        if chunk_size < 1:
+            raise ValueError("chunk_size must be at least 1")
+        state = self._transfer()
+        state.provider, state.chunk_size = snapshot, chunk_size
+
     def statistics(self) -> GroupStatistics:
         """A snapshot of what this group holds unread and unsent; for monitoring, and for tests to assert on."""
-        return GroupStatistics(len(self._events), self._backend._posts_pending(self.name), self.unread_calls_dropped)
+        return GroupStatistics(len(self._events) + len(self._ready) + len(self._backlog),
+                               self._backend._posts_pending(self.name), self.unread_calls_dropped,
+                               self._state.chunks_sent if self._state is not None else 0)
 
     def __aiter__(self) -> Group:
         return self
 
     async def __anext__(self) -> Event:
+        if self._looking:
+            return await self._next_looked_at()
         try:
             item = await self._events.get()
         except trio.EndOfChannel:
             raise StopAsyncIteration from None
+        if self._looking:  # the client library's own messages arrived meanwhile
+            self._backlog.append(item)
+            return await self._next_looked_at()
         if isinstance(item, RmpdError):
             raise item
         self._check_caught_up()
         return item
+
+    async def _next_looked_at(self) -> Event:
+        state = self._transfer()
+        backlog = self._backlog
+        while not self._ready:
+            if not backlog:
+                backlog.extend(await self._take(YIELD_EVERY))
+                self._check_caught_up()  # also while a joiner's state is on its way and nothing is handed out
+            item = backlog.popleft()
+            if isinstance(item, RmpdError):
+                raise item
+            self._ready.extend(state.look_at(item))
+        self._check_caught_up()
+        return self._ready.popleft()
+
+    async def _take(self, limit: int) -> list[Event | RmpdError]:
+        """Up to ``limit`` queued events, at least one; while the program waits for its state, until the state's
+        deadline (then the group is left and ``state-unavailable`` raised).  StopAsyncIteration at the end."""
+        state = self._transfer()
+        with trio.move_on_at(state.deadline if state.waiting else math.inf):
+            try:
+                return await self._events.get_many(limit)
+            except trio.EndOfChannel:
+                raise StopAsyncIteration from None
+        error = state.timed_out()
+        with contextlib.suppress(RmpdError):
+            await self.leave()
+        raise error
+
+    async def _looked_at_batch(self, max_events: int) -> list[Event]:
+        """The next batch on the looked-at path: it ends before an event that needs the program to have handled
+        every event before it (a joiner's request, where a snapshot is taken)."""
+        state = self._transfer()
+        ready = self._ready
+        while not ready:
+            if self._backlog:
+                items = list(self._backlog)
+                self._backlog.clear()
+            else:
+                items = await self._take(max_events)
+                self._check_caught_up()
+            for at, item in enumerate(items):
+                if ready and (isinstance(item, RmpdError) or state.needs_caught_up(item)):
+                    self._backlog.extend(items[at:])
+                    break
+                if isinstance(item, RmpdError):
+                    raise item
+                ready.extend(state.look_at(item))
+        batch = [ready.popleft() for _ in range(min(max_events, len(ready)))]
+        self._check_caught_up()
+        return batch
 
     async def batches(self, max_events: int = 1024) -> AsyncIterator[list[Event]]:
         """The same events as iterating the group, as lists of what has arrived (at most ``max_events``, at least
@@ -334,10 +447,19 @@ class Group:
         ``receive(MessageBatch)``: one wake-up per list instead of per event.  Ends, or raises the error that ended
         the group, after the events before it."""
         while True:
+            if self._looking:
+                try:
+                    yield await self._looked_at_batch(max_events)
+                except StopAsyncIteration:
+                    return
+                continue
             try:
                 items = await self._events.get_many(max_events)
             except trio.EndOfChannel:
                 return
+            if self._looking:  # the client library's own messages arrived meanwhile
+                self._backlog.extend(items)
+                continue
             error = items.pop() if isinstance(items[-1], RmpdError) else None  # an error is always the last event
             self._check_caught_up()
             if items:
@@ -349,6 +471,12 @@ class Group:
         if self._caught_up is not None and len(self._events) <= self._caught_up_at:
             callback, self._caught_up = self._caught_up, None
             callback()
+
+
+def _check_handler(handler: int | None) -> None:
+    if handler == LIBRARY_HANDLER:
+        raise RmpdError("bad-request", f"handler {LIBRARY_HANDLER} carries the client library's own messages; "
+                                       f"a program's are 0..{LIBRARY_HANDLER - 1}")
 
 
 class _Joining:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import contextlib
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -31,6 +31,7 @@ from rmpd.protocol.limits import BadArgument, check_message_size
 from rmpd.protocol.naming import DEFAULT_RANGE
 from rmpd.protocol.process import NotMember
 from rmpd.protocol.qos import QoS
+from rmpd.protocol.view import LIBRARY_HANDLER
 from rmpd.runtime.adapter import Application, LockRequests, OwnMessages
 from rmpd.runtime.auth import DatagramGuard, load_key_file
 from rmpd.runtime.journal import FlushingJournal
@@ -161,16 +162,17 @@ class Node:
             except RmpdError as error:
                 unflushed = error
             await self._leave_all()
+        # Stopped before the nursery closes: a post from another task meanwhile is refused, not started there.
+        stopped = self._stopped = RmpdError("stopped", "the node has stopped")
+        self._poster.fail(stopped)
         self._nursery_manager.cancel_scope.cancel()
         try:
             handled = await self._cm.__aexit__(exc_type, exc, tb)
         except BaseExceptionGroup as group:
             raise single_error(group) from None
         finally:
-            stopped = self._stopped = RmpdError("stopped", "the node has stopped")
             if self._app is not None:
                 self._app.stopping = True
-            self._poster.fail(stopped)
             for group in self._groups.values():
                 group._end(stopped)
             self._groups.clear()
@@ -196,16 +198,20 @@ class Node:
     # The join/Group API
 
     async def join(self, name: str, *, ttl: int | None = None, min_partition: int | str | None = None,
-                   persist: bool = False, existing_only: bool = False) -> Group:
+                   persist: bool = False, existing_only: bool = False, state: bool = False) -> Group:
         """Join ``name``; returns once this node is in a view of the group.  ``min_partition``: ``"majority"``,
         ``"all"`` or a whole number, as through a daemon (:func:`rmpd.localapi.parse_min_partition`; default 1).
         ``persist`` is taken so that code written for a daemon connection runs unchanged; a node's memberships end
-        with the node either way."""
+        with the node either way.  ``state``: the group's state from a member that provides it is the first event
+        (:class:`State`)."""
         try:
             wanted = DEFAULT_MIN_PARTITION if min_partition is None else parse_min_partition(min_partition)
         except ValueError as exc:
             raise RmpdError(BAD_REQUEST, str(exc)) from None
-        return await self._join_once.run(name, lambda: self._join(name, ttl, wanted, existing_only))
+        group = await self._join_once.run(name, lambda: self._join(name, ttl, wanted, existing_only))
+        if state:
+            group._ask_state()
+        return group
 
     async def _join(self, name: str, ttl: int | None, min_partition: int, existing_only: bool) -> Group:
         loop = self._require()
@@ -228,6 +234,16 @@ class Node:
         if view is not None:
             group.view, group._members = str(view.view_id), list(view.members)
         return group
+
+    def _process_id(self) -> str:
+        return self._me
+
+    def _largest_message(self) -> int:
+        return self._config.max_message
+
+    def _spawn(self, task: Callable[[], Awaitable[None]]) -> None:
+        assert self._nursery_manager is not None
+        self._nursery_manager.start_soon(task)
 
     async def _send(self, group: str, payload: bytes, qos: QoS, handler: int | None) -> int:
         """Sends from concurrent tasks are coalesced (rmpd.client.batching) and handed to the engine in one call,
@@ -404,7 +420,7 @@ class Node:
                                                                 event.ts, view_name(event.view), event.group,
                                                                 event.handler)
                 group._feed_over([make(payload, src, seq, qos, ts, view, name, handler, index)
-                                  for index, payload in enumerate(event.payloads)])
+                                  for index, payload in enumerate(event.payloads)], handler == LIBRARY_HANDLER)
             return
         if isinstance(event, CallAnswered):
             entry = self._calls.get(event.call_id)

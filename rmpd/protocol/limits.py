@@ -11,7 +11,7 @@ from __future__ import annotations
 from .config import EngineConfig
 from .membership import MAX_LOCK
 from .qos import Level, QoS
-from .view import HANDLER_LOCKS
+from .view import HANDLER_LOCKS, LIBRARY_HANDLER
 
 
 class BadArgument(ValueError):
@@ -36,6 +36,13 @@ def check_message_size(config: EngineConfig, payload: bytes, qos: QoS) -> None:
 
 
 def check_handler(handler: int | None) -> None:
+    """A message's handler: a handler lock, or the client library's own (LIBRARY_HANDLER)."""
+    if handler is not None and not 0 <= handler <= LIBRARY_HANDLER:
+        raise BadArgument(f"handler must be 0..{HANDLER_LOCKS - 1}, got {handler}")
+
+
+def check_call_handler(handler: int | None) -> None:
+    """A call's handler names the lock whose holder answers: a handler lock only."""
     if handler is not None and not 0 <= handler < HANDLER_LOCKS:
         raise BadArgument(f"handler must be 0..{HANDLER_LOCKS - 1}, got {handler}")
 
@@ -53,6 +60,6 @@ def check_one_packet(config: EngineConfig, payload: bytes, what: str) -> None:
 
 def check_call(config: EngineConfig, payload: bytes, handler: int | None, timeout: float) -> None:
     check_one_packet(config, payload, "a call")
-    check_handler(handler)
+    check_call_handler(handler)
     if not timeout > 0:
         raise BadArgument(f"a call's timeout must be above 0 seconds, got {timeout}")

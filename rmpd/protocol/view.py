@@ -14,6 +14,10 @@ from .ids import ProcessId, ViewId
 
 HANDLER_LOCKS = 6
 
+LIBRARY_HANDLER = HANDLER_LOCKS
+"""The handler number the client library's own messages carry (state transfer, rmpd.client.state): delivered to
+every member like any message, tied to no lock, and kept out of what a program reads from its Group."""
+
 
 @dataclass(frozen=True)
 class View:

@@ -1,0 +1,246 @@
+"""State transfer (rmpd.client.state): a joiner's state plus the deliveries after it equal what the old members have,
+through embedded nodes and through daemons, with members writing at full rate and a provider killed mid-transfer."""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+
+import msgpack
+import pytest
+import trio
+
+import rmpd
+import rmpd.client.state
+from rmpd.protocol.config import EngineConfig
+from rmpd.protocol.view import LIBRARY_HANDLER
+
+from .harness import Daemon, unique
+
+NODE = EngineConfig(request_interval=0.05, join_retries=2, fail_after=1.5)
+"""Groups formed at once and a killed member noticed in 1.5 s: the test is about the transfer, not the timers."""
+
+BLOB = 4 * 1024 * 1024
+"""Bytes of the replicated dictionary's largest value: the state is large enough to be sent in many chunks."""
+
+CHUNK = 32 * 1024
+
+DAEMON_CONFIG = "[timers]\nrequest_interval = 0.1\njoin_retries = 3\nfail_after = 1.5\n"
+
+
+@dataclass
+class Replica:
+    """A replicated dictionary: each delivery sets one key; a State replaces the whole."""
+
+    group: rmpd.Group
+    data: dict[str, object] = field(default_factory=dict)
+    states: list[rmpd.State] = field(default_factory=list)
+    applied: int = 0
+    changed: trio.Event = field(default_factory=trio.Event)
+
+    def snapshot(self) -> bytes:
+        return msgpack.packb(self.data)
+
+    async def run(self) -> None:
+        with contextlib.suppress(rmpd.RmpdError):
+            async for event in self.group:
+                if isinstance(event, rmpd.State):
+                    self.states.append(event)
+                    if event.data is not None:  # None: alone in the group, the program's own state stands
+                        self.data = msgpack.unpackb(event.data)
+                elif isinstance(event, rmpd.Delivery):
+                    key, value = msgpack.unpackb(event.payload)
+                    self.data[key] = value
+                    self.applied += 1
+                self.changed.set()
+                self.changed = trio.Event()
+
+
+async def write(group: rmpd.Group, writer: str, stop: trio.Event, progress: dict[str, int]) -> None:
+    """Set keys as fast as the group accepts them, one after the other, until ``stop``; ``progress[writer]``: the
+    writes made so far."""
+    count = 0
+    while not stop.is_set():
+        await group.send(msgpack.packb([f"{writer}-{count % 50}", count]))
+        count += 1
+        progress[writer] = count
+
+
+async def wait_until(condition: Callable[[], bool], timeout: float, what: Callable[[], str]) -> None:
+    with trio.move_on_after(timeout):
+        while not condition():
+            await trio.sleep(0.01)
+        return
+    pytest.fail(f"timed out after {timeout} s: {what()}")
+
+
+@dataclass
+class Member:
+    kill: Callable[[], None] = lambda: None
+    pid: str = ""
+
+
+async def start_member(nursery: trio.Nursery, start_daemon: Callable[[], Daemon] | None, name: str, *,
+                       blob: bool = False, settled: bool = True) -> tuple[Replica, Member]:
+    """A program in the group, on an embedded node or on a daemon of its own, with a replica that asked for the
+    state and provides it (``start_daemon`` None: on a node); returned once it has its state, or just joined
+    (``settled`` False).  ``member.kill()`` crashes its process: the node without a leave, the daemon with
+    SIGKILL."""
+    ready = trio.Event()
+    member = Member()
+    holder: list[Replica] = []
+
+    async def serve(client: rmpd.Client | rmpd.Node, pid: str) -> None:
+        group = await client.join(name, state=True)
+        replica = Replica(group)
+        if blob:
+            replica.data["blob"] = b"x" * BLOB
+        group.provide_state(replica.snapshot, chunk_size=CHUNK)
+        holder.append(replica)
+        member.pid = pid
+        async with trio.open_nursery() as reading:
+            reading.start_soon(replica.run)
+            if settled:
+                await wait_until(lambda: bool(replica.states), 30, lambda: f"no state at {pid}")
+            ready.set()
+            await trio.sleep_forever()
+
+    async def on_node() -> None:
+        with trio.CancelScope() as scope:
+            member.kill = scope.cancel
+            async with rmpd.Node(interface="lo", port=0, config=NODE) as node:
+                await serve(node, node.pid)
+
+    async def on_daemon() -> None:
+        assert start_daemon is not None
+        daemon = await trio.to_thread.run_sync(start_daemon)
+        member.kill = daemon.proc.kill
+        with contextlib.suppress(rmpd.RmpdError):
+            async with rmpd.connect(daemon.socket) as client:
+                await serve(client, daemon.pid)
+
+    nursery.start_soon(on_node if start_daemon is None else on_daemon)
+    await ready.wait()
+    return holder[0], member
+
+
+async def test_a_joiner_gets_the_state_then_what_follows_through_embedded_nodes(loopback_multicast) -> None:
+    name = unique("st-basic")
+    with trio.fail_after(30):
+        async with trio.open_nursery() as nursery:
+            first, first_member = await start_member(nursery, None, name, blob=True)
+            await first.group.send(msgpack.packb(["a", 1]))
+            await wait_until(lambda: first.data.get("a") == 1, 10, lambda: str(first.data.keys()))
+            assert [s.data for s in first.states] == [None]  # alone: it starts the state
+            joiner, _ = await start_member(nursery, None, name)
+            await first.group.send(msgpack.packb(["b", 2]))
+            await wait_until(lambda: joiner.data.get("b") == 2, 20,
+                             lambda: f"joiner has {sorted(joiner.data)} after {joiner.states}")
+            assert [s.provider for s in joiner.states] == [first_member.pid]
+            assert joiner.data == first.data
+            with pytest.raises(rmpd.RmpdError, match="library"):  # the library's own messages are not a program's
+                await joiner.group.send(b"x", handler=LIBRARY_HANDLER)
+            nursery.cancel_scope.cancel()
+
+
+@pytest.mark.parametrize("backend", ["node", "daemon"])
+async def test_replicas_end_equal_while_three_write_two_join_and_the_sender_is_killed(
+        loopback_multicast, daemons, tmp_path, backend: str) -> None:
+    name = unique("st-kv")
+    config = tmp_path / "state.toml"
+    config.write_text(DAEMON_CONFIG)
+    names = itertools.count()
+    start_daemon = None if backend == "node" else lambda: daemons(f"m{next(names)}", config=config)
+    with trio.fail_after(90):
+        async with trio.open_nursery() as nursery:
+            writers = [await start_member(nursery, start_daemon, name, blob=index == 0) for index in range(3)]
+            written: dict[str, int] = {}
+            stop, flushed = trio.Event(), trio.Semaphore(0)
+
+            async def writing(index: int, replica: Replica) -> None:
+                with contextlib.suppress(rmpd.RmpdError):
+                    await write(replica.group, f"w{index}", stop, written)
+                flushed.release()
+
+            for index, (replica, _) in enumerate(writers):
+                nursery.start_soon(writing, index, replica)
+            sent_before = {m.pid: r.group.statistics().state_chunks_sent for r, m in writers}
+            joining = [start_member(nursery, start_daemon, name, settled=False) for _ in range(2)]
+            joiners: list[tuple[Replica, Member]] = []
+
+            async def join_one(start: Awaitable[tuple[Replica, Member]]) -> None:
+                joiners.append(await start)
+
+            async with trio.open_nursery() as joins:
+                for start in joining:
+                    joins.start_soon(join_one, start)
+                # The first old member seen sending chunks is killed mid-transfer.
+                killed = None
+                with trio.move_on_after(30):
+                    while killed is None:
+                        killed = next((m for r, m in writers if 0 < r.group.statistics().state_chunks_sent
+                                       - sent_before[m.pid] < BLOB // CHUNK), None)
+                        await trio.sleep(0.001)
+                assert killed is not None, "no old member sent state chunks"
+                killed.kill()
+            survivors = [(r, m) for r, m in writers if m is not killed]
+            # A joiner not admitted at once founds the group alone (no state) and merges: it is given the state then.
+            await wait_until(lambda: all(r.states and r.states[-1].data is not None for r, _ in joiners), 30,
+                             lambda: f"states {[[(s.provider, s.view) for s in r.states] for r, _ in joiners]}")
+            stop.set()
+            for _ in writers:
+                await flushed.acquire()
+            live = [r for r, _ in survivors + joiners]
+            last = {f"{w}-{(count - 1) % 50}": count - 1 for w, count in written.items()
+                    if w in {f"w{i}" for i, (_, m) in enumerate(writers) if m is not killed}}
+            await wait_until(lambda: all(r.data.get(key) == value for r in live for key, value in last.items()), 60,
+                             lambda: f"last writes {last}; " + "; ".join(
+                                 f"{r.applied} applied, {[r.data.get(key) for key in last]}" for r in live))
+            reference = survivors[0][0].data
+            assert all(r.data == reference for r in live)
+            providers = {s.provider for r, _ in joiners for s in r.states}
+            assert providers - {killed.pid}, f"every joiner's state came from the killed member: {providers}"
+            nursery.cancel_scope.cancel()
+
+
+async def test_a_64_mib_state_reaches_a_joiner_whole(loopback_multicast) -> None:
+    name = unique("st-large")
+    state = bytes(range(256)) * (64 * 1024 * 1024 // 256)
+    with trio.fail_after(60):
+        async with rmpd.Node(interface="lo", port=0, config=NODE) as old, \
+                rmpd.Node(interface="lo", port=0, config=NODE) as new:
+            provider = await old.join(name)
+            provider.provide_state(lambda: state)
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(drain, provider)
+                joiner = await new.join(name, state=True)
+                first = await joiner.__anext__()
+                assert isinstance(first, rmpd.State) and first.provider == old.pid
+                assert first.data == state
+                nursery.cancel_scope.cancel()
+
+
+async def drain(group: rmpd.Group) -> None:
+    async for _ in group:
+        pass
+
+
+async def test_a_joiner_whose_only_provider_dies_mid_transfer_is_told_state_unavailable(
+        loopback_multicast, monkeypatch) -> None:
+    monkeypatch.setattr(rmpd.client.state, "STATE_TIMEOUT", 1.0)
+    name = unique("st-gone")
+    with trio.fail_after(30):
+        async with trio.open_nursery() as nursery:
+            provider, member = await start_member(nursery, None, name, blob=True)
+            async with rmpd.Node(interface="lo", port=0, config=NODE) as new:
+                joiner = await new.join(name, state=True)
+                await wait_until(lambda: provider.group.statistics().state_chunks_sent > 0, 10, lambda: "no chunk")
+                member.kill()
+                with pytest.raises(rmpd.RmpdError) as error:
+                    await joiner.__anext__()
+                assert error.value.code == "state-unavailable"
+                with pytest.raises(rmpd.RmpdError):  # it left the group: a state it cannot have, it cannot follow
+                    await joiner.send(b"x")
+            nursery.cancel_scope.cancel()

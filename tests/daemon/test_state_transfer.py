@@ -7,6 +7,7 @@ import contextlib
 import itertools
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import msgpack
 import pytest
@@ -243,4 +244,32 @@ async def test_a_joiner_whose_only_provider_dies_mid_transfer_is_told_state_unav
                 assert error.value.code == "state-unavailable"
                 with pytest.raises(rmpd.RmpdError):  # it left the group: a state it cannot have, it cannot follow
                     await joiner.send(b"x")
+            nursery.cancel_scope.cancel()
+
+
+def operations_example() -> dict[str, object]:
+    """The replicated dictionary of docs/operations.md, "State transfer", as written there."""
+    text = (Path(__file__).parents[2] / "docs" / "operations.md").read_text()
+    section = text[text.index("## State transfer"):]
+    code = section[section.index("```python") + len("```python"):]
+    namespace: dict[str, object] = {"__name__": "kv_example"}
+    exec(compile(code[:code.index("```")], "operations.md", "exec"), namespace)
+    return namespace
+
+
+async def test_the_replicated_dictionary_of_the_docs_gives_a_joiner_the_keys_set_before_it(loopback_multicast) -> None:
+    replicated_dict = operations_example()["ReplicatedDict"]
+    name = unique("st-docs")
+    with trio.fail_after(30):
+        async with rmpd.Node(interface="lo", port=0, config=NODE) as a, \
+                rmpd.Node(interface="lo", port=0, config=NODE) as b, trio.open_nursery() as nursery:
+            old, new = replicated_dict(), replicated_dict()  # type: ignore[operator]
+            nursery.start_soon(old.follow, await a.join(name, state=True))
+            writer = await a.join(name)
+            for key in range(100):
+                await writer.send(msgpack.packb([str(key), "before"]))
+            nursery.start_soon(new.follow, await b.join(name, state=True))
+            await writer.send(msgpack.packb(["last", "after"]))
+            await wait_until(lambda: new.data.get("last") == "after", 20, lambda: f"{len(new.data)} keys")
+            assert new.data == old.data and len(new.data) == 101
             nursery.cancel_scope.cancel()

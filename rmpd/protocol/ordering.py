@@ -163,10 +163,13 @@ class Ordering:
         """The token's acceptance rule: no hole in the OrderingQ up to ``ts``."""
         return self.q.contig >= ts
 
-    def orderable(self, limit: int) -> list[tuple[ProcessId, int, object]]:
-        """What a token site may order now: per source, the run of held packets after the last one ordered."""
+    def orderable(self, limit: int, view: View) -> list[tuple[ProcessId, int, object]]:
+        """What a token site may order now: per source of ``view``, the run of held packets after the last one
+        ordered.  Never a source outside the view: it may live on past a partition and order them itself."""
         ids: list = []
         for src in list(self.unordered):
+            if src not in view:
+                continue
             seq = self.ordered_upto.get(src, 0) + 1
             packet = self.data.get((src, seq))
             while packet is not None and len(ids) < limit:
@@ -189,19 +192,12 @@ class Ordering:
         self.source_restarts[member] = base
 
     def forget_unorderable(self, view: View) -> None:
-        """A view without some sources: of their packets not yet ordered, only the run that follows what was
-        ordered may still be (a token site holding it orders it, as after a reformation).  Past the first hole
-        nothing can be: the one process sure to hold the hole is gone and its late copies are refused, so stop
-        waiting for it.  The packets stay in ``data``: an ACK from a site that held the hole may still order them."""
+        """A view without some sources: none of their packets not yet ordered will be ordered in it.  A source
+        left out may be alive past a partition, and it orders its unordered messages again on its own side
+        (``truncate``): ordered here too, one message would have two places.  The packets stay in ``data``: an ACK
+        of an earlier view that ordered them may still arrive and fill its slot."""
         for src in [s for s in self.unordered if s not in view]:
-            pending = self.unordered[src]
-            seq = self.ordered_upto.get(src, 0) + 1
-            while seq in pending:
-                seq += 1
-            for late in [s for s in pending if s > seq]:
-                pending.discard(late)
-            if not pending:
-                del self.unordered[src]
+            del self.unordered[src]
 
     def truncate(self, after: int, pid: ProcessId) -> list[Data]:
         """A reformation drops every slot beyond its sync point ``after``: what they ordered is unordered again.

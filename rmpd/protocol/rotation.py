@@ -168,7 +168,7 @@ class Rotation:
             return True
         if not self.ordering.unordered:
             return False
-        ids = self.ordering.orderable(self.config.max_ack_ids)
+        ids = self.ordering.orderable(self.config.max_ack_ids, self.views.current)
         if not ids:
             return False
         self.send_ack(tuple(ids), 0, now)

@@ -193,3 +193,28 @@ def test_during_a_reformation_only_data_its_sync_point_names_is_taken_from_a_vie
     ring.do(2, lambda e, now: e.receive_packet(Data(elsewhere, a, next_of_a + 5, QoS.TOTAL, None, b"beside"), now))
     assert engine.stats["data_of_earlier_view"] == taken_before, "data of a view beside ours was taken"
     assert (a, next_of_a + 5) not in engine.ordering.data
+
+
+def test_a_view_never_orders_unordered_data_of_a_source_it_left_out() -> None:
+    """A member cut off by a partition orders its own unordered messages again on its side.  The other side had
+    taken the same packets (its resends, in the view both shared) while reforming; had its new view, which lacks
+    the source, ordered them too, one message would have had two places, and a member that saw both orders (a
+    process restarted into the other side) would have delivered it twice."""
+    ring = Ring(3)
+    a, b, c = ring.pids
+    for i in range(3):
+        ring.send(i, b"before")
+    ring.advance(1.0)
+    shared = ring.view.view_id
+    ring.drop = lambda src, dst, packet: (src == c) != (dst == c)  # c cut off from a and b
+    seqs = [ring.send(2, b"cut-%d" % k) for k in range(3)]  # sent in the shared view, never ordered in it
+    assert ring.advance_until(lambda: ring.engines[a].frozen, 30.0, step=0.01) is not None
+    for i in (0, 1):  # c's resends reach a and b while they reform
+        for seq in seqs:
+            ring.do(i, lambda e, now, seq=seq: e.receive_packet(Data(shared, c, seq, QoS.TOTAL, None, b"cut"), now))
+    ring.advance(30.0, step=0.01)
+    assert c not in ring.engines[a].views.current and c not in ring.engines[b].views.current
+    assert sorted(d.payload for d in ring.deliveries(2) if d.payload.startswith(b"cut")) == [b"cut-0", b"cut-1",
+                                                                                            b"cut-2"]
+    for i in (0, 1):
+        assert not [d for d in ring.deliveries(i) if d.payload.startswith(b"cut")], "ordered on both sides"

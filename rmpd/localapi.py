@@ -332,7 +332,7 @@ on what a hostile daemon can make a client build."""
 class DeliveryRun(NamedTuple):
     """One delivered packet's messages as a ``deliveries`` event carries them: the packet's fields once, then its
     payloads, so a packet of many small messages costs its identity once on the wire.  On the wire it is a msgpack
-    array of these eight fields in this order."""
+    array of these nine fields in this order."""
 
     source: str
     """Sender's process ID (``ip:port``)."""
@@ -346,15 +346,17 @@ class DeliveryRun(NamedTuple):
     first: int
     """Index of the first payload within its packet (0: the whole packet)."""
     payloads: list[bytes]
+    answer: bool
+    """True only in the frame to the client holding the handler's lock: it is the one to answer (paper 3.3)."""
 
 
 def decode_runs_untrusted(runs: Any) -> list[DeliveryRun]:
-    """A ``deliveries`` event's runs, or FrameError when they are not a list of runs of eight fields."""
+    """A ``deliveries`` event's runs, or FrameError when they are not a list of runs of nine fields."""
     make = DeliveryRun._make
     try:
         return [make(run) for run in runs]
     except TypeError:  # not a list, a run not an array, or an array of another length
-        raise FrameError(BAD_FRAME, "deliveries must be a list of runs of eight fields") from None
+        raise FrameError(BAD_FRAME, "deliveries must be a list of runs of nine fields") from None
 
 
 def deliveries_event(group: str, runs: list[DeliveryRun]) -> dict[str, Any]:

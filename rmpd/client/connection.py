@@ -276,10 +276,10 @@ class Client:
             deliveries: list[Delivery] = []
             library = False
             for run in localapi.decode_runs_untrusted(frame["runs"]):
-                source, seq, qos, ts, view, handler = (run.source, run.seq, qos_of(run.qos), run.timestamp,
-                                                       run.view, run.handler)
+                source, seq, qos, ts, view, handler, answer = (run.source, run.seq, qos_of(run.qos),
+                                                               run.timestamp, run.view, run.handler, run.answer)
                 library = library or handler == LIBRARY_HANDLER
-                deliveries += [make(payload, source, seq, qos, ts, view, name, handler, index)
+                deliveries += [make(payload, source, seq, qos, ts, view, name, handler, index, answer)
                                for index, payload in enumerate(run.payloads, run.first)]
             await group._feed_deliveries(deliveries, library)
         elif kind == localapi.EVENT_VIEW:

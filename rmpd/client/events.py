@@ -31,6 +31,9 @@ class Delivery:
     index: int = 0
     """Position in its packet: under load small messages are packed, and share the packet's ``seq``; (source,
     seq, index) identifies a message."""
+    answer: bool = False
+    """This program holds the lock of the message's ``handler`` (``Group.lock``): it is the member to answer it
+    (paper 3.3); every member delivers the message, one answers."""
 
 
 make_delivery = positional_maker(Delivery)

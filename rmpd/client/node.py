@@ -416,10 +416,10 @@ class Node:
                 self._own.delivered(event.group, event.seq, event.qos)
             group = self._groups.get(event.group)
             if group is not None:
-                make, src, seq, qos, ts, view, name, handler = (make_delivery, event.src, event.seq, event.qos,
-                                                                event.ts, view_name(event.view), event.group,
-                                                                event.handler)
-                group._feed_over([make(payload, src, seq, qos, ts, view, name, handler, index)
+                make, src, seq, qos, ts, view, name, handler, answer = (
+                    make_delivery, event.src, event.seq, event.qos, event.ts, view_name(event.view), event.group,
+                    event.handler, event.answer)
+                group._feed_over([make(payload, src, seq, qos, ts, view, name, handler, index, answer)
                                   for index, payload in enumerate(event.payloads)], handler == LIBRARY_HANDLER)
             return
         if isinstance(event, CallAnswered):

@@ -491,7 +491,8 @@ class Hub:
                 # Gathered and sent as one frame per group after the drain: a busy group costs one frame per
                 # batch.  A packet's messages travel as one run: its fields once, then its payloads (from 0).
                 deliveries[event.group].append(DeliveryRun(event.src, event.seq, qos_name(event.qos), event.ts,
-                                                           view_name(event.view), event.handler, 0, event.payloads))
+                                                           view_name(event.view), event.handler, 0, event.payloads,
+                                                           event.answer))
                 if event.src == me:
                     self.own.delivered(event.group, event.seq, event.qos)
             else:
@@ -538,8 +539,20 @@ class Hub:
             for i, run in enumerate(runs):
                 size += sum(map(len, run.payloads))
                 if size >= DELIVERY_FRAME_BYTES or i == len(runs) - 1:
-                    self._fan_out(name, localapi.deliveries_event(name, runs[start:i + 1]))
+                    self._fan_out_runs(name, runs[start:i + 1])
                     start, size = i + 1, 0
+
+    def _fan_out_runs(self, group: str, runs: list[DeliveryRun]) -> None:
+        """One deliveries frame to the group's clients; where this process is to answer a message (it holds the
+        handler's lock), the client holding the lock gets a frame of its own that says so, the others one that
+        does not."""
+        if not any(run.answer for run in runs):
+            self._fan_out(group, localapi.deliveries_event(group, runs))
+            return
+        for session in self.attached.get(group, ()):
+            mine = [run if not run.answer or self.lock_owner.get((group, run.handler)) is session
+                    else run._replace(answer=False) for run in runs]
+            session.push_encoded(encode_frame(localapi.deliveries_event(group, mine)))
 
     def _check_overrun(self) -> None:
         """A group with a client more than ``overrun_frames`` (or OVERRUN_BYTES) behind stops accepting the token

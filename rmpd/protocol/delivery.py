@@ -19,6 +19,7 @@ from .packets import Data, Fragment, NewList, Relayed
 from .qos import Level
 from .relay import CallRelay
 from .stability import Holdings
+from .view import HANDLER_LOCKS
 
 
 class Delivery:
@@ -28,7 +29,7 @@ class Delivery:
                  commit_view: Callable[[NewList, float], bool]) -> None:
         """``commit_view``: the engine's step when the total order reaches a New List; False when this member is
         out of the group after it (nothing more is delivered here)."""
-        self.group, self.journal, self.views = ctx.group, ctx.config.journal, ctx.views
+        self.pid, self.group, self.journal, self.views = ctx.pid, ctx.group, ctx.config.journal, ctx.views
         self.outbox, self.stats = ctx.outbox, ctx.stats
         self.ordering, self.holdings, self.relay, self.commit_view = ordering, holdings, relay, commit_view
 
@@ -46,8 +47,11 @@ class Delivery:
         else:
             messages = ordering.messages_of(packet)
             if messages:
+                view = self.views.current
+                handler = packet.handler
+                answer = handler is not None and handler < HANDLER_LOCKS and view.lock_holder(handler) == self.pid
                 self.outbox.events.append(make_delivered(self.group, packet.src, packet.seq, packet.qos, ts,
-                                                 self.views.current.view_id, packet.handler, messages))
+                                                         view.view_id, handler, messages, answer))
         if self.journal:
             extra: dict[str, Any] = {"parts": len(messages)} if len(messages) != 1 else {}
             if relayed:

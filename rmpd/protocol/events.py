@@ -55,6 +55,9 @@ class Delivered:
     view: ViewId
     handler: int | None
     payloads: tuple[bytes, ...]
+    answer: bool = False
+    """This process holds the lock of the packet's handler in the view it is delivered in: it is the member to
+    answer the messages (paper 3.3, handlers)."""
 
     def messages(self) -> list[Delivery]:
         make = make_delivery

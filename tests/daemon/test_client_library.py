@@ -17,7 +17,7 @@ from rmpd.client.batching import POST_LIMIT
 from rmpd.client.group import EVENT_BUFFER
 from rmpd.protocol.config import EngineConfig
 
-from .harness import read_deliveries
+from .harness import read_deliveries, unique
 
 FAST_NODE = EngineConfig(request_interval=0.05, join_retries=2)
 """A node that creates a group it finds no one in after 0.1 s instead of 3 s."""
@@ -473,3 +473,29 @@ async def test_concurrent_joins_of_one_group_share_one_group_once_it_is_joined(d
             assert joined[0] is joined[1] and joined[0].view
             await joined[0].send(b"one")
             assert (await next_delivery(joined[1])).payload == b"one"
+
+
+async def test_the_holder_of_a_handler_lock_is_told_to_answer_a_members_message_for_that_handler(daemons) -> None:
+    """Paper 3.3: every member delivers a message sent with handler N; the member holding handler lock N is told it
+    is the one to answer.  Through a daemon, only the client that took the lock is told, not its other clients."""
+    d = daemons()
+    name = unique("answer")
+    d.rmp("join", name)
+    with trio.fail_after(60):
+        async with rmpd.connect(d.socket) as one, rmpd.connect(d.socket) as two, \
+                rmpd.Node(interface="lo", port=0, config=FAST_NODE) as node:
+            holder, bystander = await one.join(name), await two.join(name)
+            embedded = await node.join(name, existing_only=True)
+            assert await holder.lock(0) and await embedded.lock(1)
+            await embedded.send(b"for handler 0", handler=0)
+            await holder.send(b"for handler 1", handler=1)
+            await embedded.send(b"for no handler")
+            seen: dict[str, dict[bytes, bool]] = {}
+            for label, group in (("holder", holder), ("bystander", bystander), ("node", embedded)):
+                seen[label] = {}
+                for _ in range(3):
+                    delivery = await next_delivery(group)
+                    seen[label][delivery.payload] = delivery.answer
+            assert seen["holder"] == {b"for handler 0": True, b"for handler 1": False, b"for no handler": False}
+            assert seen["bystander"] == {b"for handler 0": False, b"for handler 1": False, b"for no handler": False}
+            assert seen["node"] == {b"for handler 0": False, b"for handler 1": True, b"for no handler": False}

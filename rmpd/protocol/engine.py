@@ -203,8 +203,12 @@ class GroupEngine:
             departed=self.departed, finished=self.departure.finished, reforming=self.frozen, next_seq=sender.next_seq,
             send_queue=len(sender.send_queue), in_flight=len(sender.outstanding), window=sender.window.window,
             orderingq_slots=len(q.slots), ack_slots=q.ack_slots, packets_held=len(self.ordering.data),
-            started_at=self.started_at, describe_scmp=self.scmp_status,
+            started_at=self.started_at, describe_scmp=self.scmp_status, token_rotations=self._token_rotations,
         )
+
+    def _token_rotations(self) -> tuple[list[int], float, int]:
+        rotations = self.token.rotations
+        return list(rotations.counts), rotations.total, rotations.count
 
     def scmp_status(self) -> dict[str, Any]:
         """What ``rmp status`` shows of SCMP: the call filter, and the join floor with the joins it refused here."""

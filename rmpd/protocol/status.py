@@ -40,6 +40,10 @@ class GroupStatus:
     started_at: float
     """The ``now`` at which this membership began."""
     describe_scmp: Callable[[], dict[str, Any]] = field(repr=False, compare=False)
+    token_rotations: Callable[[], tuple[list[int], float, int]] = field(repr=False, compare=False,
+                                                                         default=lambda: ([], 0.0, 0))
+    """Token rotation times here: (per-bucket counts for ``token.ROTATION_BOUNDS`` and above, their sum in seconds,
+    their number), read when asked for."""
 
     @property
     def scmp(self) -> dict[str, Any]:

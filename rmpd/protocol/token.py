@@ -12,6 +12,7 @@ may accept (``accept_target``), or it is idle.
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from enum import Enum
 
 from .flow import RttEstimator
@@ -19,6 +20,29 @@ from .ids import ProcessId
 from .outbox import GroupContext
 from .packets import Ack, Nack, NewList
 from .timers import Backoff, Deadline
+
+ROTATION_BOUNDS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
+"""Upper bounds (seconds) of the token rotation time buckets: a loopback ring turns in well under a millisecond,
+one under load or loss in tens to hundreds."""
+
+
+class Rotations:
+    """Token rotation times at one member, as histogram buckets: from passing the token on until accepting it
+    again.  A token away longer than ``fail_after`` stopped on a quiet ring meanwhile (it rests at one site until
+    something is sent), so that wait is not a rotation and is not counted."""
+
+    __slots__ = ("count", "counts", "total")
+
+    def __init__(self) -> None:
+        self.counts = [0] * (len(ROTATION_BOUNDS) + 1)
+        """Per bucket (the last: above every bound), not cumulative."""
+        self.total = 0.0
+        self.count = 0
+
+    def observe(self, seconds: float) -> None:
+        self.counts[bisect_left(ROTATION_BOUNDS, seconds)] += 1
+        self.total += seconds
+        self.count += 1
 
 
 class TokenState(Enum):
@@ -63,6 +87,9 @@ class Token:
         """When an idle token site passes the token on with a NULL ACK."""
         self.overrun = False
         """The application cannot take more deliveries for now: do not accept the token (section 4.6)."""
+        self.rotations = Rotations()
+        self._passed_at: float | None = None
+        """When this member last passed the token to another: the rotation it starts ends at the next accept."""
 
     @property
     def state(self) -> TokenState:
@@ -101,6 +128,9 @@ class Token:
         self.accepted_ts = ack_ts
         self.incoming_quiet = quiet
         self.stats["token_accepts"] += 1
+        if self._passed_at is not None and now - self._passed_at <= self.config.fail_after:
+            self.rotations.observe(now - self._passed_at)
+        self._passed_at = None
         self.outbox.record("token", now, ts=last_ts, prev=prev, view=view)
         return ack_ts, prev
 
@@ -122,6 +152,7 @@ class Token:
         if passing.next_site == self.pid:
             self.confirmed()
         else:
+            self._passed_at = now
             self.pass_pending = passing  # type: ignore[assignment]
             self.pass_sent_at = now
             self.pass_timer.initial = self.pass_rtt.rto

@@ -10,16 +10,18 @@ registry of its own (not the library's global one) keeps two Nodes in one progra
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, Histogram
 from prometheus_client import Counter as PromCounter
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from rmpd.protocol.packets import PacketType
 from rmpd.protocol.qos import QoS
+from rmpd.protocol.token import ROTATION_BOUNDS
 
 if TYPE_CHECKING:
     from .loop import ProcessLoop
@@ -162,6 +164,9 @@ class _LoopCollector(Collector):
             "packets": GaugeMetricFamily("rmpd_packets_held", "Data packets held (ordered and not yet stable, or "
                                          "not yet ordered).", labels=["group"]),
         }
+        rotations = HistogramMetricFamily("rmpd_token_rotation_seconds", "From passing the token on to accepting it "
+                                          "again, by group (a token resting on a quiet ring is not counted).",
+                                          labels=["group"])
         for group in loop.groups():
             status = loop.status(group)
             if status is None:
@@ -171,7 +176,12 @@ class _LoopCollector(Collector):
                       "packets": status.packets_held}
             for key, family in gauges.items():
                 family.add_metric([group], values[key])
+            counts, total, _ = status.token_rotations()
+            cumulative = list(itertools.accumulate(counts))
+            bounds = [*map(str, ROTATION_BOUNDS), "+Inf"]
+            rotations.add_metric([group], list(zip(bounds, cumulative, strict=True)), total)
         yield from gauges.values()
+        yield rotations
         for extra in metrics.extra:
             yield from extra()
 

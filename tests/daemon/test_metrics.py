@@ -107,3 +107,25 @@ async def test_an_embedded_node_counts_its_deliveries_in_its_registry() -> None:
                     await group.send(b"n%d" % i, qos=rmpd.QoS.TOTAL)
             text = generate_latest(node.metrics).decode()
     assert deliveries_by_qos(text, group.name) == Counter({"total": 20})
+
+
+async def test_token_rotation_times_of_a_ring_of_two_are_a_histogram_within_fail_after(loopback_multicast) -> None:
+    with trio.fail_after(30):
+        async with rmpd.Node(interface="lo", port=0, config=FAST_NODE) as a, \
+                rmpd.Node(interface="lo", port=0, config=FAST_NODE) as b:
+            name = unique("rotations")
+            first = await a.join(name)
+            second = await b.join(name, existing_only=True)
+            received: list[rmpd.Delivery] = []
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(read_deliveries, second, 50, received)
+                for i in range(50):
+                    await first.send(b"r%d" % i)
+            text = generate_latest(a.metrics).decode()
+    buckets = {labels["le"]: value for labels, value in samples(text, "rmpd_token_rotation_seconds_bucket")
+               if labels["group"] == name}
+    [count] = [value for labels, value in samples(text, "rmpd_token_rotation_seconds_count") if labels["group"] == name]
+    [total] = [value for labels, value in samples(text, "rmpd_token_rotation_seconds_sum") if labels["group"] == name]
+    assert count > 0 and buckets["+Inf"] == count  # the token went round while messages were ordered
+    assert 0 < total <= count * FAST_NODE.fail_after
+    assert list(buckets.values()) == sorted(buckets.values())  # cumulative

@@ -41,6 +41,8 @@ def join(
         help="Smallest partition that may go on: a majority of the old view, all of it, or N members.")] = None,
     existing_only: Annotated[bool, typer.Option(
         "--existing", "--existing-only", help="Join only an existing group; fail rather than form one.")] = False,
+    via: Annotated[str | None, typer.Option(
+        metavar="IP:PORT", help="Join through this member, which multicasts for this daemon in GROUP.")] = None,
     json_out: Annotated[bool, JsonOption] = False,
 ) -> None:
     """Make the daemon join GROUP; returns once it is in a view of the group."""
@@ -52,6 +54,8 @@ def join(
             fields["ttl"] = ttl
         if wanted is not None:
             fields["min_partition"] = wanted
+        if via is not None:
+            fields["via"] = via
         return await client.request("join", **fields)
 
     reply = run_with_client(ctx, body)

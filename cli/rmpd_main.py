@@ -46,13 +46,19 @@ def run(
              "/var/lib/rmpd as root, ~/.local/state/rmpd].")] = None,
     metrics: Annotated[str | None, typer.Option(
         help="Serve Prometheus metrics at http://HOST:PORT/metrics, e.g. 127.0.0.1:9464 [default: off].")] = None,
+    multicast: Annotated[bool | None, typer.Option(
+        "--multicast/--no-multicast",
+        help="--no-multicast: this host cannot receive multicast; members send it unicast copies.")] = None,
+    via: Annotated[str | None, typer.Option(
+        help="A member's process ID (ip:port) that multicasts for this daemon, for a host whose multicasts do not "
+             "reach the group.")] = None,
 ) -> None:
     """Run the daemon until SIGTERM, which leaves every group and exits 0.  With no options: loopback."""
     if ctx.invoked_subcommand is not None:
         return
     overrides = {"interface": interface, "bind": bind, "port": port, "socket": socket, "journal": journal,
                  "log_level": log_level, "auth_key": auth_key, "encrypt": encrypt, "state_dir": state_dir,
-                 "metrics": metrics}
+                 "metrics": metrics, "multicast": multicast, "via": via}
     try:
         settings = load_config(config, overrides)
         settings.address()

@@ -226,6 +226,8 @@ class Request:
     given."""
     persist: bool = False
     existing_only: bool = False
+    via: str | None = None
+    """A member's process ID that multicasts for this daemon in the group (explicit naming, paper 3.3)."""
     timeout: float = 5.0
     caller: str = ""
     conn: int = 0
@@ -236,7 +238,7 @@ class Request:
 OPS: dict[str, tuple[set[str], set[str]]] = {
     "hello": (set(), set()),
     "status": (set(), set()),
-    "join": ({"group"}, {"ttl", "min_partition", "persist", "existing_only"}),
+    "join": ({"group"}, {"ttl", "min_partition", "persist", "existing_only", "via"}),
     "leave": ({"group"}, {"persist"}),
     "send": ({"group", "payload"}, {"qos", "handler"}),
     "send_batch": ({"group", "payloads"}, {"qos", "handler"}),
@@ -250,7 +252,8 @@ OPS: dict[str, tuple[set[str], set[str]]] = {
 FIELD_TYPES: dict[str, tuple[type, ...]] = {
     "group": (str,), "payload": (bytes,), "payloads": (list,), "qos": (str,), "handler": (int, type(None)),
     "lock": (int,), "ttl": (int, type(None)), "min_partition": (int, str, type(None)), "persist": (bool,),
-    "existing_only": (bool,), "timeout": (int, float), "caller": (str,), "conn": (int,), "stamp": (int,),
+    "existing_only": (bool,), "via": (str, type(None)), "timeout": (int, float), "caller": (str,), "conn": (int,),
+    "stamp": (int,),
 }
 
 

@@ -95,26 +95,28 @@ class Client:
         return reply
 
     async def join(self, name: str, *, ttl: int | None = None, min_partition: int | str | None = None,
-                   persist: bool = False, existing_only: bool = False, state: bool = False) -> Group:
+                   persist: bool = False, existing_only: bool = False, state: bool = False,
+                   via: str | None = None) -> Group:
         """Join ``name`` (the daemon joins it if needed); returns once the daemon is in a view of the group.
 
         ``min_partition``: ``"majority"``, ``"all"`` or a whole number (:func:`rmpd.localapi.parse_min_partition`),
         checked here so a bad one costs no round trip.  ``persist``: the daemon keeps the membership after this
         connection ends and rejoins it when it starts again, until a persistent leave (what ``rmp join`` does).
-        ``state``: the group's state from a member that provides it is the first event (:class:`State`)."""
+        ``state``: the group's state from a member that provides it is the first event (:class:`State`).  ``via``:
+        a member's process ID (``ip:port``) that multicasts for the daemon in this group (explicit naming)."""
         if min_partition is not None:
             try:
                 min_partition = localapi.min_partition_name(localapi.parse_min_partition(min_partition))
             except ValueError as exc:
                 raise RmpdError(localapi.BAD_REQUEST, str(exc)) from None
         group = await self._join_once.run(name, lambda: self._join(name, ttl, min_partition, persist,
-                                                                   existing_only))
+                                                                   existing_only, via))
         if state:
             group._ask_state()
         return group
 
     async def _join(self, name: str, ttl: int | None, min_partition: int | str | None, persist: bool,
-                    existing_only: bool) -> Group:
+                    existing_only: bool, via: str | None) -> Group:
         group = self._groups.get(name)
         if group is not None:
             return group
@@ -124,6 +126,8 @@ class Client:
             fields["ttl"] = ttl
         if min_partition is not None:
             fields["min_partition"] = min_partition
+        if via is not None:
+            fields["via"] = via
         try:
             reply = await self.request("join", **fields)
         except BaseException:

@@ -87,7 +87,7 @@ class Node:
     def __init__(self, *, interface: str | None = None, port: int = 0, bind: str | None = None,
                  address_range: str = DEFAULT_RANGE, ttl: int = 1, multicast: bool = True,
                  journal: str | Path | None = None, config: EngineConfig | None = None,
-                 auth_key: str | Path | None = None, encrypt: bool = False) -> None:
+                 auth_key: str | Path | None = None, encrypt: bool = False, via: str | None = None) -> None:
         """``auth_key``: a group key file (``rmpd keygen``), as for the daemon's ``--auth-key``; raises
         :class:`rmpd.runtime.auth.AuthKeyError` when it cannot be used."""
         key = load_key_file(Path(auth_key)) if auth_key is not None else None
@@ -97,6 +97,7 @@ class Node:
         self._range = address_range
         self._ttl = ttl
         self._multicast = multicast
+        self._via = via
         self._journal = Path(journal) if journal is not None else None
         self._config = config or EngineConfig(journal=journal is not None, max_packet=max_packet_for(self._ip))
         self._loop: ProcessLoop | None = None
@@ -140,7 +141,7 @@ class Node:
         journal = FlushingJournal(self._journal) if self._journal is not None else None
         self._loop = ProcessLoop(ip=self._ip, port=self._port, engine_config=self._config,
                                  address_range=self._range, ttl=self._ttl, multicast=self._multicast,
-                                 journal=journal, guard=self._guard)
+                                 journal=journal, guard=self._guard, via=self._via)
         self._loop.application = self
         self._me = self._loop.pid
         self._app = Application(self._loop, self.stats)
@@ -198,7 +199,8 @@ class Node:
     # The join/Group API
 
     async def join(self, name: str, *, ttl: int | None = None, min_partition: int | str | None = None,
-                   persist: bool = False, existing_only: bool = False, state: bool = False) -> Group:
+                   persist: bool = False, existing_only: bool = False, state: bool = False,
+                   via: str | None = None) -> Group:
         """Join ``name``; returns once this node is in a view of the group.  ``min_partition``: ``"majority"``,
         ``"all"`` or a whole number, as through a daemon (:func:`rmpd.localapi.parse_min_partition`; default 1).
         ``persist`` is taken so that code written for a daemon connection runs unchanged; a node's memberships end
@@ -208,12 +210,13 @@ class Node:
             wanted = DEFAULT_MIN_PARTITION if min_partition is None else parse_min_partition(min_partition)
         except ValueError as exc:
             raise RmpdError(BAD_REQUEST, str(exc)) from None
-        group = await self._join_once.run(name, lambda: self._join(name, ttl, wanted, existing_only))
+        group = await self._join_once.run(name, lambda: self._join(name, ttl, wanted, existing_only, via))
         if state:
             group._ask_state()
         return group
 
-    async def _join(self, name: str, ttl: int | None, min_partition: int, existing_only: bool) -> Group:
+    async def _join(self, name: str, ttl: int | None, min_partition: int, existing_only: bool,
+                    via: str | None) -> Group:
         loop = self._require()
         if name in self._groups and loop.is_member(name):
             return self._groups[name]
@@ -221,7 +224,8 @@ class Node:
         wait = _Wait()
         assert self._app is not None
         try:
-            view = self._app.join(name, wait, ttl=ttl, min_partition=min_partition, existing_only=existing_only)
+            view = self._app.join(name, wait, ttl=ttl, min_partition=min_partition, existing_only=existing_only,
+                                  via=via)
         except ValueError as exc:
             self._groups.pop(name, None)
             raise RmpdError("bad-request", str(exc)) from None

@@ -21,6 +21,7 @@ from typing import Any
 from rmpd.localapi import DEFAULT_MAX_FRAME, default_socket_path
 from rmpd.protocol.config import EngineConfig
 from rmpd.protocol.flow import CONGESTION_CONTROLS
+from rmpd.protocol.ids import split_process_id
 from rmpd.protocol.multirpc import ScmpSettings
 from rmpd.protocol.naming import DEFAULT_RANGE
 from rmpd.runtime.auth import AuthKeyError, DatagramGuard, load_key_file
@@ -34,7 +35,7 @@ DEFAULT_PORT = 7000
 TOP_KEYS = {"interface", "bind", "port", "socket", "journal", "journal_compress", "journal_rotate_bytes",
             "log_level", "address_range", "ttl", "multicast", "socket_mode", "socket_group", "runtime_dir_mode",
             "client_queue", "max_frame", "state_dir", "groups",
-            "auth_key", "auth_key_previous", "auth_rotation_window", "encrypt", "metrics"}
+            "auth_key", "auth_key_previous", "auth_rotation_window", "encrypt", "metrics", "via"}
 TIMER_KEYS = {f.name for f in dataclasses.fields(EngineConfig)} - {"journal"}
 SCMP_KEYS = {f.name for f in dataclasses.fields(ScmpSettings)} - {"upper", "latest"}
 DAEMON_TIMERS: dict[str, Any] = {"request_interval": 0.2, "join_retries": 4}
@@ -83,6 +84,10 @@ class DaemonConfig:
     No flag: a list is the config's to hold."""
     metrics: str | None = None
     """``HOST:PORT`` to serve Prometheus metrics on (``127.0.0.1:9464``); none by default."""
+    via: str | None = None
+    """A member's process ID (``ip:port``) that multicasts for this daemon (the forwarding flag, paper 3.4): for a
+    host whose multicasts do not reach the group.  With ``multicast = false`` too, it neither sends nor receives
+    multicast."""
     timers: dict[str, float | int] = field(default_factory=dict)
     scmp: dict[str, Any] = field(default_factory=dict)
     """[scmp] table: the fields of ``rmpd.protocol.multirpc.ScmpSettings`` (estimator, lifetime_ms, ...)."""
@@ -191,6 +196,11 @@ def _check(config: DaemonConfig) -> None:
             raise ConfigError(f"address_range {config.address_range} is not a multicast range")
     except ValueError as exc:
         raise ConfigError(f"address_range: {exc}") from None
+    if config.via is not None:
+        try:
+            split_process_id(config.via)
+        except (ValueError, TypeError):
+            raise ConfigError(f"via must be a process ID, ip:port, got {config.via!r}") from None
     if not isinstance(config.ttl, int) or not 0 <= config.ttl <= 255:
         raise ConfigError(f"ttl must be 0..255, got {config.ttl!r}")
     if config.log_level.lower() not in ("debug", "info", "warning", "error"):

@@ -46,7 +46,7 @@ async def run_daemon(config: DaemonConfig, guard: DatagramGuard | None = None) -
     loop = ProcessLoop(ip=ip, port=config.port, engine_config=config.engine_config(),
                         address_range=config.address_range, ttl=config.ttl, multicast=config.multicast,
                         journal=journal, guard=guard or config.guard(Counter()),
-                        scmp=config.scmp_settings(None), latest_path=config.latest_path)
+                        scmp=config.scmp_settings(None), latest_path=config.latest_path, via=config.via)
     kept = MembershipFile(config.memberships_path(loop.pid))
     recorded = kept.load()  # MembershipFileError before anything is served: refuse to guess
     path = config.socket_path()

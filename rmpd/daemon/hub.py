@@ -335,7 +335,8 @@ class Hub:
         try:
             view = self.app.join(group, SessionReply(session, request.id), ttl=request.ttl,
                                  min_partition=localapi.DEFAULT_MIN_PARTITION if request.min_partition is None
-                                 else request.min_partition, existing_only=request.existing_only)
+                                 else request.min_partition, existing_only=request.existing_only,
+                                 via=request.via)
         except ValueError as exc:
             self._detach(session, group)
             self.persistent.discard(group)

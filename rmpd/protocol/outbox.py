@@ -118,6 +118,10 @@ class Outbox(OutputLists):
                  stats: Counter[str]) -> None:
         super().__init__()
         self.pid, self.group, self.journal, self.views, self.stats = pid, group, config.journal, views, stats
+        self.removed_unicast_only: dict[ProcessId, float] = {}
+        """Members that cannot receive multicast, removed by a New List, and until when they still get copies of
+        what is multicast: a member on its way out learns from the ACKs after its removal that what it held is
+        stable (rmpd.protocol.departure), and it hears no multicast."""
 
     def event(self, event: Event) -> None:
         self.events.append(event)
@@ -130,6 +134,12 @@ class Outbox(OutputLists):
         for member in sorted(self.views.current.unicast_only):
             if member != self.pid:
                 self.datagrams.append(Transmit(member, data, self.group))
+        if self.removed_unicast_only:
+            for member, until in list(self.removed_unicast_only.items()):
+                if now > until:
+                    del self.removed_unicast_only[member]
+                elif member != self.pid:
+                    self.datagrams.append(Transmit(member, data, self.group))
         self.stats["sent"] += 1
         if self.journal and journal:
             self.record_packet("send", packet, now)

@@ -99,6 +99,8 @@ class Rotation:
                     self.ordering.restart_source(m, announced.get(m, 0))
             self.holdings.view_changed(nl.ts, old, new_view)
             self.ordering.forget_unorderable(new_view)
+            for member in old.unicast_only - set(new_view.members):
+                self.outbox.removed_unicast_only[member] = now + self.config.fail_after
             views.current = new_view
             if self.pid not in new_view:  # a view without us: its token is not ours to hold or pass
                 self.token.give_up()

@@ -60,11 +60,11 @@ class Application:
     # Joins
 
     def join(self, group: str, reply: Reply, *, ttl: int | None = None, min_partition: int = 1,
-             existing_only: bool = False) -> View | None:
+             existing_only: bool = False, via: str | None = None) -> View | None:
         """Join ``group`` for ``reply``: the view at once when the process is a member already (nothing parked),
         else None, and ``reply`` is answered once it is in a view or the join failed.  ValueError for a group
         name that cannot be joined (nothing parked)."""
-        self.loop.join(group, ttl=ttl, min_partition=min_partition, existing_only=existing_only)
+        self.loop.join(group, ttl=ttl, min_partition=min_partition, existing_only=existing_only, via=via)
         view = self.loop.view(group)
         if view is not None and self.loop.is_member(group):
             return view

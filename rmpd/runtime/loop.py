@@ -36,6 +36,7 @@ from rmpd.protocol.view import View
 from rmpd.scmp.latest import LatestStore
 
 from .auth import SEALED_TAGS, DatagramGuard
+from .forwarding import FORWARD_TAG, unwrap, wrap
 from .journal import FlushingJournal
 from .metrics import LoopMetrics
 from .sockets import MAX_DATAGRAM, Sender, open_multicast, open_unicast
@@ -81,9 +82,12 @@ class ProcessLoop:
     def __init__(self, *, ip: str, port: int, engine_config: EngineConfig | None = None,
                  address_range: str = DEFAULT_RANGE, ttl: int = 1, multicast: bool = True,
                  journal: FlushingJournal | None = None, guard: DatagramGuard | None = None,
-                 scmp: ScmpSettings | None = None, latest_path: Callable[[str], Any] | None = None) -> None:
+                 scmp: ScmpSettings | None = None, latest_path: Callable[[str], Any] | None = None,
+                 via: str | None = None) -> None:
         """``latest_path(pid)``: where SCMP's ``latest`` lives on stable storage (None: no stable storage, so calls
-        are filtered by the non-resilient server of figure 2-1).  Raises LatestStoreError for a corrupt file."""
+        are filtered by the non-resilient server of figure 2-1).  Raises LatestStoreError for a corrupt file.
+        ``via``: a member's process ID that multicasts for this process (rmpd.runtime.forwarding), for every group
+        not joined with a ``via`` of its own."""
         self.ip, self.address_range, self.default_ttl, self.multicast = ip, address_range, ttl, multicast
         self.journal = journal
         self.stats: Counter[str] = Counter()
@@ -112,6 +116,9 @@ class ProcessLoop:
         self.group_ttl: dict[str, int] = {}
         """Per group, the TTL multicasts go out with: the view's (the largest any member asked for), or this
         process's own while it has no view."""
+        self.via = via
+        self.group_via: dict[str, str] = {}
+        """Per group joined naming a member (explicit naming, paper 3.3): the member that multicasts for us."""
         self.listeners: dict[tuple[str, int], Listener] = {}
         self._nursery: trio.Nursery | None = None
         self._timer_scope: trio.CancelScope | None = None
@@ -165,6 +172,10 @@ class ProcessLoop:
                     stats["own_echo"] += 1
                     continue
                 source = process_id_of(addr)
+                if data[:2] == FORWARD_TAG:
+                    data = self._forward(data, source)
+                    if data is None:
+                        continue
                 if guard.key is None and data[:2] not in SEALED_TAGS:
                     if len(data) > 3:
                         by_type[data[3]] += 1  # the wire type byte (packets.encode)
@@ -194,9 +205,14 @@ class ProcessLoop:
     # Application requests: each one step (or a round of the step under way)
 
     def join(self, group: str, *, ttl: int | None = None, min_partition: int = 1,
-             existing_only: bool = False) -> None:
-        """Start joining; the owner hears ViewInstalled or JoinFailed.  Raises ValueError for a bad name."""
+             existing_only: bool = False, via: str | None = None) -> None:
+        """Start joining; the owner hears ViewInstalled or JoinFailed.  Raises ValueError for a bad name or a
+        ``via`` that is no process ID (``ip:port``): with one, every multicast of this group goes through that
+        member."""
         address = group_address(group, self.address_range)
+        if via is not None:
+            split_process_id(via)
+            self.group_via[group] = via
         wanted = max(ttl if ttl is not None else self.default_ttl, self.asked_ttl.get(group, 0))
         self.asked_ttl[group] = wanted
         self.group_ttl[group] = max(wanted, self.group_ttl.get(group, 0))
@@ -404,6 +420,10 @@ class ProcessLoop:
             if tx.group is None:
                 self.stats["transmit_without_group"] += 1
                 return
+            via = self.group_via.get(tx.group, self.via)
+            if via is not None:  # a member multicasts it for us
+                self.sender.send(wrap(tx.group, self.guard.seal(tx.data)), split_process_id(via))
+                return
             address = group_address(tx.group, self.address_range)
             self.sender.send(self.guard.seal(tx.data), address, self.group_ttl.get(tx.group, self.default_ttl))
             return
@@ -435,7 +455,28 @@ class ProcessLoop:
         with listener.scope, contextlib.suppress(trio.ClosedResourceError):
             await self._receive_loop(listener.sock, "multicast")
 
+    def _forward(self, data: bytes, source: str) -> bytes | None:
+        """A datagram with the forwarding flag: multicast it for its sender when this process is a member of its
+        group and can multicast, and take it as received from the sender; None when it is dropped (counted)."""
+        unwrapped = unwrap(data)
+        if unwrapped is None:
+            self.stats["forward_malformed"] += 1
+            return None
+        group, datagram = unwrapped
+        view = self.view(group)
+        if not self.multicast or view is None or not self.is_member(group):
+            self.stats["forward_refused"] += 1  # only a member that multicasts forwards: no relay for strangers
+            return None
+        self.stats["forwarded"] += 1
+        address = group_address(group, self.address_range)
+        self.sender.send(datagram, address, self.group_ttl.get(group, self.default_ttl))
+        for member in sorted(view.unicast_only):
+            if member not in (source, self.pid):
+                self.sender.send(datagram, split_process_id(member))
+        return datagram
+
     def _unlisten(self, group: str) -> None:
+        self.group_via.pop(group, None)
         self.group_ttl.pop(group, None)
         self.asked_ttl.pop(group, None)
         for address, listener in list(self.listeners.items()):
@@ -448,4 +489,4 @@ class ProcessLoop:
 
     def describe(self) -> dict[str, Any]:
         return {"pid": self.pid, "multicast": self.multicast, "address_range": self.address_range,
-                "auth": self.guard.describe()}
+                "via": self.via, "group_via": dict(self.group_via), "auth": self.guard.describe()}

@@ -499,3 +499,29 @@ async def test_the_holder_of_a_handler_lock_is_told_to_answer_a_members_message_
             assert seen["holder"] == {b"for handler 0": True, b"for handler 1": False, b"for no handler": False}
             assert seen["bystander"] == {b"for handler 0": False, b"for handler 1": False, b"for no handler": False}
             assert seen["node"] == {b"for handler 0": False, b"for handler 1": True, b"for no handler": False}
+
+
+async def test_a_node_that_neither_sends_nor_hears_multicast_takes_part_through_a_named_member(daemons) -> None:
+    """The forwarding flag and explicit naming (paper 3.3, 3.4): a node with multicast off names a member, which
+    multicasts every packet the node would have multicast; the group sends the node unicast copies.  It delivers
+    the same order as the others."""
+    a, b = daemons(), daemons()
+    name = unique("via")
+    a.rmp("join", name)
+    b.rmp("join", name, "--existing")
+    with trio.fail_after(60):
+        async with rmpd.connect(a.socket) as client, \
+                rmpd.Node(interface="lo", port=0, config=FAST_NODE, multicast=False) as node:
+            member = await client.join(name)
+            relayed = await node.join(name, existing_only=True, via=a.pid)
+            assert sorted(await relayed.members()) == sorted([a.pid, b.pid, node.pid])
+            got: dict[str, list[rmpd.Delivery]] = {"member": [], "node": []}
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(read_deliveries, member, 40, got["member"])
+                nursery.start_soon(read_deliveries, relayed, 40, got["node"])
+                for i in range(20):
+                    await relayed.send(b"from the node %d" % i)
+                    await member.send(b"from a %d" % i)
+            assert [d.payload for d in got["node"]] == [d.payload for d in got["member"]]
+            assert [d.timestamp for d in got["node"]] == [d.timestamp for d in got["member"]]
+    assert a.counters()["forwarded"] > 0 and b.counters().get("forwarded", 0) == 0

@@ -166,3 +166,49 @@ def test_a_partition_of_one_host_from_two_heals_into_one_view(hosts, tmp_path: P
         print(membership_story(journal, ds))
         raise
     assert len({d.rmp_json("members", "ring")["view"] for d in ds}) == 1
+
+
+def block_multicast(env: dict[str, str], host: int) -> None:
+    """The host neither sends nor receives multicast (iptables in its namespace)."""
+    netns = f"{env['RMP_NETNS_PREFIX']}{host}"
+    for chain in ("OUTPUT", "INPUT"):
+        subprocess.run(["ip", "netns", "exec", netns, "iptables", "-A", chain, "-d", "224.0.0.0/4", "-j", "DROP"],
+                       check=True)
+
+
+def test_hosts_without_multicast_take_part_through_a_named_member(hosts, tmp_path: Path) -> None:
+    """The forwarding flag and explicit naming (paper 3.3, 3.4) on hosts whose multicast is blocked: host 3, a member,
+    and host 4, a non-member that calls the group, name host 1, which multicasts what they send.  Host 3 delivers
+    the same order as hosts 1 and 2, the non-member's messages among them."""
+    env, started = hosts
+    journal = tmp_path / "journal"
+    block_multicast(env, 3)
+    block_multicast(env, 4)
+    first, second = start_daemons(env, started, tmp_path, journal, 2)
+    config = tmp_path / "fast-join.toml"
+    prefix = env["RMP_NETNS_PREFIX"]
+    relayed = [Daemon(tmp_path, f"h{i}", bind=f"10.77.0.{i}", journal=journal, netns=f"{prefix}{i}", config=config,
+                      extra=["--no-multicast", "--via", first.pid]) for i in (3, 4)]
+    started.extend(relayed)
+    member, outsider = relayed
+    first.rmp("join", "fwd", timeout=120)
+    second.rmp("join", "fwd", "--existing", timeout=120)
+    member.rmp("join", "fwd", "--existing", timeout=120)
+    ds = [first, second, member]
+    wait_for(lambda: all(len(d.members("fwd")) == 3 for d in ds), 60, "a view of hosts 1, 2 and 3")
+    count = 2 * 50 + 5
+    outs = [tmp_path / f"fwd-{d.name}.jsonl" for d in ds]
+    listeners = [listen(d, "fwd", count, out) for d, out in zip(ds, outs, strict=True)]
+    senders = [send_lines(second, "fwd", [f"b{i}" for i in range(50)]),
+               send_lines(member, "fwd", [f"c{i}" for i in range(50)])]
+    for i in range(5):
+        outsider.rmp("call", "fwd", f"outside{i}", "--no-handler", timeout=60)
+    for proc in senders + listeners:
+        assert proc.wait(120) == 0
+    order = deliveries(outs[0])
+    payloads = {p for *_, p in order}
+    assert len(order) == count and {"c0", "c49", "outside0", "outside4"} <= payloads
+    for out in outs[1:]:
+        assert deliveries(out) == order
+    assert first.counters()["forwarded"] > 0
+    assert member.counters().get("datagrams_received_multicast", 0) == 0

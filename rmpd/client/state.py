@@ -170,7 +170,7 @@ class StateTransfer:
     def needs_caught_up(self, event: Event) -> bool:
         """Whether looking at ``event`` may take a snapshot: the program must have handled every event before it
         (a batch stops in front of it)."""
-        return (self.provider is not None and type(event) is Delivery and event.handler is not None
+        return (self.provider is not None and type(event) is Delivery and event.handler == LIBRARY_HANDLER
                 and self.complete)
 
     def look_at(self, event: Event) -> list[Event]:

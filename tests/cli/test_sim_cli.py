@@ -85,16 +85,16 @@ def test_journal_flag_writes_one_directory_per_seed(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_acceptance_seeds_under_faults() -> None:
-    """The acceptance run's mix, as a real process: 50 seeds, 5 members, 20% loss, mixed QoS (docs/reliability.md
+    """The acceptance run's mix, as a real process: 25 seeds, 5 members, 20% loss, mixed QoS (docs/reliability.md
     records the 100-seed run)."""
     out = subprocess.run(
         [RMP, "sim", "--members", "5", "--senders", "3", "--messages", "300", "--loss", "0.2", "--dup", "0.05",
-         "--reorder", "0.3", "--qos", "mixed", "--seeds", "50", "--json"],
+         "--reorder", "0.3", "--qos", "mixed", "--seeds", "25", "--json"],
         capture_output=True, text=True, timeout=600, check=False,
     )
     assert out.returncode == 0, out.stderr[-2000:]
     summary = last_json(out.stdout)
-    assert summary["seeds"] == 50 and summary["violations"] == 0
+    assert summary["seeds"] == 25 and summary["violations"] == 0
     assert summary["delivered"] == summary["expected"] > 0
 
 
@@ -102,9 +102,9 @@ def test_acceptance_seeds_under_faults() -> None:
 def test_acceptance_quiescent_without_faults() -> None:
     out = subprocess.run(
         [RMP, "sim", "--members", "5", "--senders", "3", "--messages", "300", "--loss", "0", "--dup", "0",
-         "--reorder", "0", "--qos", "mixed", "--seeds", "50", "--json"],
+         "--reorder", "0", "--qos", "mixed", "--seeds", "25", "--json"],
         capture_output=True, text=True, timeout=600, check=False,
     )
     assert out.returncode == 0, out.stderr[-2000:]
     summary = last_json(out.stdout)
-    assert summary["quiescent"] is True and summary["quiescent_seeds"] == 50
+    assert summary["quiescent"] is True and summary["quiescent_seeds"] == 25

@@ -19,7 +19,7 @@ def loopback_multicast() -> None:
     ensure_loopback_multicast()
 
 
-TEARDOWN_GRACE = 2.0
+TEARDOWN_GRACE = 1.0
 """Seconds the daemons of a finished test have, all together, to leave their groups before they are killed."""
 
 LOG_TAIL = 80

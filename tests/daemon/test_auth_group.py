@@ -64,9 +64,10 @@ def test_a_daemon_without_the_group_key_cannot_enter(daemons, tmp_path: Path, ou
     ds = keyed_group(daemons, keygen(tmp_path / "group.key"), "secure")
     view = ds[0].status()["groups"][0]["view"]
     extra = ["--auth-key", str(keygen(tmp_path / "other.key"))] if outsider_key == "another" else []
-    # The outsider's join lasts about 5 s (not the suite's 0.7 s), so the chatter's traffic surely reaches it.
+    # The outsider's join lasts about 3 s (not the suite's 0.7 s), so the chatter's traffic (ten messages and three
+    # Alives a second) surely reaches it.
     patient = tmp_path / "patient-join.toml"
-    patient.write_text("[timers]\nrequest_interval = 0.2\njoin_retries = 5\n")
+    patient.write_text("[timers]\nrequest_interval = 0.2\njoin_retries = 4\n")
     outsider = daemons("outsider", extra=extra, config=patient)
     with Chatter(ds[0], "secure"):
         started = time.monotonic()

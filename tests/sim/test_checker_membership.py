@@ -18,7 +18,7 @@ CASES = [
     ("virtual-synchrony", broken.InstallsViewsEarly,
      SimConfig(members=4, senders=3, messages=30, loss=0.1, reorder=0.3, locks=True, joins=1, leaves=1, qos="total")),
     ("resilient-order", broken.IgnoresMinimumPartition,
-     SimConfig(members=5, senders=3, messages=300, loss=0.1, partition=True, qos="majority")),
+     SimConfig(members=5, senders=3, messages=300, loss=0.2, partition=True, qos="majority")),
 ]
 
 
@@ -30,6 +30,7 @@ def test_checker_catches_broken_membership(invariant: str, factory: type[GroupEn
         assert result.quiescent and result.liveness
     # A partition must split the ring while majority traffic is in flight, and last until the minority has
     # reformed on its own, for the broken rule to show; a few schedules in forty give it room to (for
-    # resilient-order: seeds 6 and 11 of the first twenty, with enough messages that some are still being repaired
-    # when the partition strikes).
+    # resilient-order: seed 6 of the first fifteen, at 20% loss with enough messages that some are still being
+    # repaired when the partition strikes; at 10% only seed 39 of forty since a view stopped ordering the data of a
+    # source it left out).
     assert invariant in violated(config, factory, range(1, 41), invariant)

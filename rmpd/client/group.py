@@ -304,7 +304,8 @@ class Group:
         yet seen delivered."""
         if not isinstance(payload, bytes | bytearray | memoryview):
             raise TypeError("payload must be bytes")
-        _check_handler(handler)
+        if handler == LIBRARY_HANDLER:  # compared here, not in a function: this runs once per message
+            raise _library_handler()
         return await self._backend._send(self.name, bytes(payload), qos, handler)
 
     async def post(self, payload: bytes, *, qos: QoS = QoS.TOTAL, handler: int | None = None) -> None:
@@ -315,7 +316,8 @@ class Group:
         connection lost) is raised by the next ``post``, ``send`` or ``flush`` to this group."""
         if not isinstance(payload, bytes | bytearray | memoryview):
             raise TypeError("payload must be bytes")
-        _check_handler(handler)
+        if handler == LIBRARY_HANDLER:
+            raise _library_handler()
         await self._backend._post(self.name, bytes(payload), qos, handler)
 
     async def flush(self) -> None:
@@ -473,10 +475,9 @@ class Group:
             callback()
 
 
-def _check_handler(handler: int | None) -> None:
-    if handler == LIBRARY_HANDLER:
-        raise RmpdError("bad-request", f"handler {LIBRARY_HANDLER} carries the client library's own messages; "
-                                       f"a program's are 0..{LIBRARY_HANDLER - 1}")
+def _library_handler() -> RmpdError:
+    return RmpdError("bad-request", f"handler {LIBRARY_HANDLER} carries the client library's own messages; "
+                                    f"a program's are 0..{LIBRARY_HANDLER - 1}")
 
 
 class _Joining:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections import defaultdict, deque
 from collections.abc import Callable, Iterable, MutableMapping
+from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar
 
 import trio
@@ -40,6 +41,17 @@ class Reply(Protocol):
     def fail(self, code: str, message: str) -> None: ...
 
 
+@dataclass(frozen=True)
+class JoinOptions:
+    """What a join asked for besides the group, kept while it waits: a join asked while the process is on its way
+    out of the group is made once the process has left, and must ask what the program asked."""
+
+    ttl: int | None
+    min_partition: int
+    existing_only: bool
+    via: str | None
+
+
 class Application:
     """Join waiters, rejoin on ``Left`` and the overrun rule, over one :class:`ProcessLoop`."""
 
@@ -48,6 +60,8 @@ class Application:
         self.stats = stats
         """Counts overrun_on, overrun_off and overrun_cut (shared with the owner's own counters)."""
         self.join_waiters: dict[str, list[Reply]] = defaultdict(list)
+        self.join_options: dict[str, JoinOptions] = {}
+        """Per group with join waiters, what the latest of their joins asked for."""
         self.overrun: dict[str, float] = {}
         """Groups whose process holds the token back because a reader is behind, and since when."""
         self.stopping = False
@@ -69,6 +83,7 @@ class Application:
         if view is not None and self.loop.is_member(group):
             return view
         self.join_waiters[group].append(reply)  # if the process is leaving: joined again on Left
+        self.join_options[group] = JoinOptions(ttl, min_partition, existing_only, via)
         return None
 
     def forget(self, gone: Callable[[Reply], bool]) -> None:
@@ -80,6 +95,7 @@ class Application:
         """Answer the group's join waiters, unless this is a view installed on the way out of a membership."""
         if self.loop.is_member(event.group):
             self.rejoining.pop(event.group, None)
+            self.join_options.pop(event.group, None)
             answer = {"view": str(event.view), "members": list(event.members)}
             for reply in self.join_waiters.pop(event.group, []):
                 reply.ok(answer)
@@ -92,6 +108,7 @@ class Application:
         if isinstance(event, Left) and self.join_waiters.get(group) and not self.stopping:
             self._rejoin(group)
             return True
+        self.join_options.pop(group, None)
         code = JOIN_FAILED if isinstance(event, JoinFailed) else LEFT
         message = event.reason + self.auth_hint() if isinstance(event, JoinFailed) else event.reason
         for reply in self.join_waiters.pop(group, []):
@@ -117,9 +134,13 @@ class Application:
         return f"not in a view of {group!r} (join it first)"
 
     def _rejoin(self, group: str) -> None:
+        """Join ``group`` again as its waiting joins asked (the process dropped what the old membership had)."""
+        asked = self.join_options.get(group, JoinOptions(None, 1, False, None))
         try:
-            self.loop.join(group, ttl=self.loop.group_ttl.get(group))
+            self.loop.join(group, ttl=asked.ttl, min_partition=asked.min_partition,
+                           existing_only=asked.existing_only, via=asked.via)
         except ValueError as exc:
+            self.join_options.pop(group, None)
             for reply in self.join_waiters.pop(group, []):
                 reply.fail(JOIN_FAILED, str(exc))
 

@@ -12,6 +12,7 @@ from cli.rmp_main import app
 from rmpd.localapi import (
     BAD_REQUEST,
     RequestError,
+    encode_frame,
     min_partition_name,
     parse_min_partition,
     parse_request,
@@ -20,6 +21,7 @@ from rmpd.protocol.reformation import MIN_PARTITION_ALL, MIN_PARTITION_MAJORITY
 
 from .harness import unique, wait_for
 from .test_client_library import FAST_NODE
+from .test_local_api import RawClient
 
 
 @pytest.mark.parametrize(("given", "encoded", "shown"), [
@@ -94,3 +96,22 @@ async def test_the_client_library_and_a_node_take_majority_and_all(daemons) -> N
             await node.join(founded, min_partition="majority")  # the node founds it
             await client.join(founded)  # the daemon joins with the default and keeps the majority
             assert min_partition_at(d, founded) == "majority"
+
+
+def test_a_join_asked_while_the_daemon_leaves_the_group_keeps_its_options(daemons) -> None:
+    """A leave and a join in one write: the process is still on its way out of a group of two when the join comes,
+    so the join is made once it has left, and must ask for what the client asked (here ``all``), not the
+    defaults."""
+    group = unique("leave-join")
+    first, second = daemons(), daemons()
+    client = RawClient(first.socket)
+    assert "view" in client.request({"op": "join", "id": 1, "group": group})
+    second.rmp("join", group)
+    wait_for(lambda: all(len(d.members(group)) == 2 for d in (first, second)), 20, "a view of two")
+    assert min_partition_at(first, group) == 1
+    client.send_raw(encode_frame({"op": "leave", "id": 2, "group": group})
+                    + encode_frame({"op": "join", "id": 3, "group": group, "min_partition": "all"}))
+    answers = {reply["id"]: reply for reply in (client.answer(), client.answer())}
+    assert "view" in answers[3], answers
+    wait_for(lambda: all(len(d.members(group)) == 2 for d in (first, second)), 20, "the view of two again")
+    assert [min_partition_at(d, group) for d in (first, second)] == ["all", "all"]

@@ -9,14 +9,17 @@ import statistics
 import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from rmpd.sim.runner import QOS_CHOICES, SeedResult, SimConfig, run_seed
+from rmpd.sim import QOS_CHOICES
+
+if TYPE_CHECKING:  # the engine and simulator are imported when a simulation runs, not for every `rmp` command
+    from rmpd.sim.runner import SeedResult, SimConfig
 
 sim_app = typer.Typer()
 
@@ -71,6 +74,8 @@ def sim(
         raise typer.BadParameter("--senders cannot exceed --members", param_hint="--senders")
     if leaves >= members:
         raise typer.BadParameter("--leaves must leave at least one member", param_hint="--leaves")
+    from rmpd.sim.runner import SimConfig
+
     config = SimConfig(members=members, senders=senders, messages=messages, size=size, loss=loss, dup=dup,
                        reorder=reorder, qos=qos, crash=crash, partition=partition, joins=joins, leaves=leaves,
                        locks=locks, calls=calls, call_dup=call_dup, restarts=restarts, simultaneous=simultaneous)
@@ -143,6 +148,8 @@ def _percentile(values: list[float], q: float) -> float:
 
 def _run_all(config: SimConfig, seeds: list[int], journal: Path | None, workers: int,
              err: Console) -> list[SeedResult]:
+    from rmpd.sim.runner import run_seed
+
     results: list[SeedResult] = []
     with Progress(TextColumn("simulating"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=err, transient=True) as progress:

@@ -10,8 +10,6 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from rmpd.sim.scmp_sim import ScmpSimConfig, run_scmp_seed
-
 sim_scmp_app = typer.Typer()
 
 
@@ -30,6 +28,8 @@ def sim_scmp(
     bound of the settled half (Condition 2 of the adaptive paper: the estimate converges below 2X)."""
     if estimator not in ("limited", "unlimited", "fixed"):
         raise typer.BadParameter("must be limited, unlimited or fixed", param_hint="--estimator")
+    from rmpd.sim.scmp_sim import ScmpSimConfig, run_scmp_seed
+
     err = Console(stderr=True)
     config = ScmpSimConfig(clients=clients, seconds=seconds, offset_ms=int(clock_offset * 1000), dup=dup,
                            crashes=crashes, estimator=estimator)

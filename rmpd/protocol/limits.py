@@ -9,9 +9,8 @@ caller was told the message was accepted.
 from __future__ import annotations
 
 from .config import EngineConfig
-from .membership import MAX_LOCK
 from .qos import Level, QoS
-from .view import HANDLER_LOCKS, LIBRARY_HANDLER
+from .view import HANDLER_LOCKS, LIBRARY_HANDLER, MAX_LOCK
 
 
 class BadArgument(ValueError):

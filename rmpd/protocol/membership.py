@@ -16,10 +16,7 @@ from enum import StrEnum
 from .ids import ProcessId
 from .packets import ListChangeRequest
 from .reformation import required_partition
-from .view import View
-
-MAX_LOCK = 1023
-"""Locks 0-5 are the handler locks; 6..MAX_LOCK are general mutual-exclusion locks."""
+from .view import MAX_LOCK, View
 
 
 class Op(StrEnum):

@@ -14,6 +14,9 @@ from .ids import ProcessId, ViewId
 
 HANDLER_LOCKS = 6
 
+MAX_LOCK = 1023
+"""Locks 0-5 are the handler locks; 6..MAX_LOCK are general mutual-exclusion locks."""
+
 LIBRARY_HANDLER = HANDLER_LOCKS
 """The handler number the client library's own messages carry (state transfer, rmpd.client.state): delivered to
 every member like any message, tied to no lock, and kept out of what a program reads from its Group."""

@@ -31,11 +31,11 @@ from ..protocol.qos import Level, QoS
 from ..protocol.reformation import MIN_PARTITION_MAJORITY
 from ..protocol.status import GroupStatus
 from ..protocol.view import View
+from . import QOS_CHOICES
 from .checker import InvariantChecker, SentMessage
 from .detection import CrashDetections
 from .network import EventQueue, LinkFaults, SimNetwork
 
-QOS_CHOICES = ("unreliable", "unordered", "source", "total", "k2", "k3", "majority", "safe", "mixed")
 MIXED = tuple(QoS.parse(name) for name in QOS_CHOICES[:-1])
 SIM_EPOCH = 1_700_000_000.0
 """Wall-clock time journaled for virtual time 0."""

@@ -11,7 +11,6 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-import cli.sim_cmd
 from cli.rmp_main import app
 from rmpd.sim import runner
 from tests.sim import broken
@@ -57,10 +56,12 @@ def test_bad_flags_exit_2_with_a_clear_error(args: list[str], message: str) -> N
 
 
 def test_violation_exits_1_and_prints_a_replay_that_reproduces_it(monkeypatch: pytest.MonkeyPatch) -> None:
-    def broken_run_seed(config, seed, journal_dir=None):
-        return runner.run_seed(config, seed, journal_dir, engine_factory=broken.DeliversTotalOnReceipt)
+    run_seed = runner.run_seed
 
-    monkeypatch.setattr(cli.sim_cmd, "run_seed", broken_run_seed)
+    def broken_run_seed(config, seed, journal_dir=None):
+        return run_seed(config, seed, journal_dir, engine_factory=broken.DeliversTotalOnReceipt)
+
+    monkeypatch.setattr(runner, "run_seed", broken_run_seed)
     args = ["sim", "--members", "3", "--messages", "15", "--loss", "0.2", "--seeds", "2", "--workers", "1", "--json"]
     result = cli_runner.invoke(app, args)
     assert result.exit_code == 1

@@ -14,11 +14,10 @@ from rmpd.protocol.config import EngineConfig
 from rmpd.protocol.events import LockResult
 from rmpd.protocol.ids import ViewId
 from rmpd.protocol.limits import BadArgument, MessageTooLarge
-from rmpd.protocol.membership import MAX_LOCK
 from rmpd.protocol.packets import Data, decode, encode
 from rmpd.protocol.process import RmpProcess
 from rmpd.protocol.qos import MAX_RESILIENCE, QoS
-from rmpd.protocol.view import HANDLER_LOCKS, LIBRARY_HANDLER
+from rmpd.protocol.view import HANDLER_LOCKS, LIBRARY_HANDLER, MAX_LOCK
 
 from .harness import Ring
 from .test_membership import group_of

@@ -15,6 +15,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import msgpack
+
+from rmpd.localapi import HEADER, encode_frame
+
 BIN = Path(sys.executable).parent
 RMPD = str(BIN / "rmpd")
 RMP = str(BIN / "rmp")
@@ -77,15 +81,38 @@ class DaemonProcess:
     def rmp_json(self, *args: str) -> Any:
         return json.loads(self.rmp(*args, "--json").stdout)
 
+    def request(self, op: str, timeout: float = 10.0, **fields: Any) -> dict[str, Any]:
+        """One request over the daemon's client socket, as ``rmp`` sends it, without starting a process (tests poll
+        status and members many times).  The reply's fields, or ``{"error": code, "message": ...}``."""
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
+            conn.settimeout(timeout)
+            conn.connect(str(self.socket))
+            conn.sendall(encode_frame({"op": op, "id": 1, **fields}))
+            buffer = b""
+            while True:
+                while len(buffer) < HEADER.size or len(buffer) < HEADER.size + HEADER.unpack_from(buffer)[0]:
+                    chunk = conn.recv(65536)
+                    if not chunk:
+                        raise ConnectionError(f"{self.name} closed the connection before answering {op}")
+                    buffer += chunk
+                end = HEADER.size + HEADER.unpack_from(buffer)[0]
+                frame = msgpack.unpackb(buffer[HEADER.size:end], raw=False)
+                buffer = buffer[end:]
+                if frame.get("id") == 1 and "event" not in frame:
+                    frame.pop("id")
+                    frame.pop("ok", None)  # as the client library returns it
+                    return frame
+
     def status(self) -> dict[str, Any]:
-        return self.rmp_json("status")
+        return self.request("status")
 
     def counters(self) -> dict[str, int]:
         return self.status()["counters"]
 
     def members(self, group: str) -> list[str]:
-        result = self.rmp("members", group, "--json", check=False)
-        return json.loads(result.stdout)["members"] if result.returncode == 0 else []
+        """The daemon's current view's members, or none when it has no view of ``group``."""
+        reply = self.request("members", group=group)
+        return [] if "error" in reply else reply["members"]
 
     def cpu_seconds(self) -> float:
         return process_cpu_seconds(self.proc.pid)

@@ -25,6 +25,18 @@ RMP = str(BIN / "rmp")
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 
+def recv_frame(conn: socket.socket, buffer: bytes) -> tuple[dict[str, Any], bytes]:
+    """The next whole local-API frame from a blocking socket, after what ``buffer`` already holds; returns it and
+    what is left over.  ConnectionError if the daemon closes the connection first."""
+    while len(buffer) < HEADER.size or len(buffer) < HEADER.size + HEADER.unpack_from(buffer)[0]:
+        chunk = conn.recv(65536)
+        if not chunk:
+            raise ConnectionError("the daemon closed the connection")
+        buffer += chunk
+    end = HEADER.size + HEADER.unpack_from(buffer)[0]
+    return msgpack.unpackb(buffer[HEADER.size:end], raw=False), buffer[end:]
+
+
 class DaemonProcess:
     """One rmpd process; ``pid`` is its RMP process ID (ip:port), ``socket`` its client socket."""
 
@@ -90,14 +102,7 @@ class DaemonProcess:
             conn.sendall(encode_frame({"op": op, "id": 1, **fields}))
             buffer = b""
             while True:
-                while len(buffer) < HEADER.size or len(buffer) < HEADER.size + HEADER.unpack_from(buffer)[0]:
-                    chunk = conn.recv(65536)
-                    if not chunk:
-                        raise ConnectionError(f"{self.name} closed the connection before answering {op}")
-                    buffer += chunk
-                end = HEADER.size + HEADER.unpack_from(buffer)[0]
-                frame = msgpack.unpackb(buffer[HEADER.size:end], raw=False)
-                buffer = buffer[end:]
+                frame, buffer = recv_frame(conn, buffer)
                 if frame.get("id") == 1 and "event" not in frame:
                     frame.pop("id")
                     frame.pop("ok", None)  # as the client library returns it

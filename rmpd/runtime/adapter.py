@@ -135,7 +135,7 @@ class Application:
 
     def _rejoin(self, group: str) -> None:
         """Join ``group`` again as its waiting joins asked (the process dropped what the old membership had)."""
-        asked = self.join_options.get(group, JoinOptions(None, 1, False, None))
+        asked = self.join_options[group]
         try:
             self.loop.join(group, ttl=asked.ttl, min_partition=asked.min_partition,
                            existing_only=asked.existing_only, via=asked.via)

@@ -16,7 +16,8 @@ import time
 import msgpack
 import pytest
 
-from rmpd.localapi import HEADER, encode_frame
+from rmpd.bench.daemons import recv_frame
+from rmpd.localapi import encode_frame
 
 from .conftest import FAST_JOIN
 from .harness import RMP, unique, wait_for
@@ -47,18 +48,8 @@ class RawClient:
         return reply
 
     def read(self) -> dict:
-        while len(self.buffer) < HEADER.size:
-            chunk = self.sock.recv(65536)
-            assert chunk, "daemon closed the connection"
-            self.buffer += chunk
-        (length,) = HEADER.unpack_from(self.buffer)
-        while len(self.buffer) < HEADER.size + length:
-            chunk = self.sock.recv(65536)
-            assert chunk, "daemon closed the connection"
-            self.buffer += chunk
-        body = self.buffer[HEADER.size:HEADER.size + length]
-        self.buffer = self.buffer[HEADER.size + length:]
-        return msgpack.unpackb(body, raw=False)
+        frame, self.buffer = recv_frame(self.sock, self.buffer)
+        return frame
 
     def closed_by_peer(self) -> bool:
         try:

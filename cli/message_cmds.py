@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import base64
+import os
 import sys
 from typing import Annotated, Any
 
@@ -31,7 +33,9 @@ def _payloads(message: str | None, count: int, size: int | None) -> list[bytes]:
         raise typer.BadParameter("give MESSAGE, --stdin, or --size", param_hint="MESSAGE")
     out = []
     for i in range(count):
-        body = message.encode() if message is not None else f"{i}".encode()
+        # A command-line argument that is not valid UTF-8 reaches Python with its bytes kept as surrogates
+        # (surrogateescape); os.fsencode gives those bytes back, so any argument is sent as the bytes typed.
+        body = os.fsencode(message) if message is not None else f"{i}".encode()
         if size is not None:
             body = (body + b" " * size)[:size] if len(body) < size else body[:size]
         out.append(body)
@@ -44,8 +48,8 @@ def send(
     group: Annotated[str, typer.Argument(help="Group name.")],
     message: Annotated[str | None, typer.Argument(help="Message text.")] = None,
     stdin: Annotated[bool, typer.Option("--stdin", help="Send one message per input line.")] = False,
-    qos: Annotated[str, typer.Option(callback=_qos, help="unreliable, unordered, source, total, k<N>, majority, "
-                                                         "safe.")] = "total",
+    qos: Annotated[str, typer.Option(callback=_qos, help="unreliable, unordered, source, total, k1..k65535 "
+                                                         "(K-resilient), majority, safe.")] = "total",
     count: Annotated[int, typer.Option(min=1, help="Send the message (or a numbered one) N times.")] = 1,
     size: Annotated[int | None, typer.Option(min=0, max=60000, help="Pad or cut each message to B bytes.")] = None,
     handler: Annotated[int | None, typer.Option(min=0, max=5, help="Handler number carried by the message.")] = None,
@@ -88,8 +92,8 @@ def send(
 
     seqs, undelivered = run_with_client(ctx, body)
     if json_out:
-        emit_json({"group": group, "sent": len(seqs), "qos": level.name(), "seqs": [seqs[0], seqs[-1]] if seqs
-                   else [], "undelivered": undelivered})
+        emit_json({"group": group, "sent": len(seqs), "qos": level.name(), "first_seq": seqs[0] if seqs else None,
+                   "last_seq": seqs[-1] if seqs else None, "undelivered": undelivered})
     else:
         err.print(f"sent {len(seqs)} message(s) to {group} ({level.name()})", highlight=False)
     if undelivered:
@@ -102,8 +106,16 @@ def _seq_list(seqs: tuple[int, ...], shown: int = 20) -> str:
 
 
 def _delivery_json(event: rmpd.Delivery) -> dict[str, Any]:
-    return {"src": event.source, "seq": event.seq, "ts": event.timestamp, "qos": event.qos.name(),
-            "view": event.view, "payload": event.payload.decode("utf-8", "backslashreplace")}
+    """One delivery as JSON that gives back its exact bytes: ``payload`` holds the text when the bytes are valid
+    UTF-8, ``payload_b64`` (standard base64) holds them otherwise; never both.  (src, seq, index) names the
+    message: packed messages share their packet's ``seq``."""
+    out: dict[str, Any] = {"src": event.source, "seq": event.seq, "index": event.index, "ts": event.timestamp,
+                           "qos": event.qos.name(), "view": event.view}
+    try:
+        out["payload"] = event.payload.decode("utf-8")
+    except UnicodeDecodeError:
+        out["payload_b64"] = base64.b64encode(event.payload).decode("ascii")
+    return out
 
 
 @message_app.command("listen")

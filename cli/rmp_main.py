@@ -18,6 +18,7 @@ from cli.message_cmds import message_app
 from cli.sim_cmd import sim_app
 from cli.sim_scmp_cmd import sim_scmp_app
 from cli.status_cmd import status_app
+from cli.version import version_callback
 
 app = typer.Typer(
     name="rmp",
@@ -40,6 +41,8 @@ def global_options(
     ctx: typer.Context,
     socket: Annotated[Path | None, typer.Option("--socket", envvar="RMPD_SOCKET",
                                                 help="The local rmpd's Unix socket.")] = None,
+    version: Annotated[bool, typer.Option("--version", is_eager=True, callback=version_callback("rmp"),
+                                          help="Print the installed version and exit.")] = False,
 ) -> None:
     """Options for every command that talks to the local daemon."""
     ctx.obj = {"socket": socket}

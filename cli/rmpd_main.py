@@ -14,6 +14,7 @@ from typing import Annotated
 import trio
 import typer
 
+from cli.version import version_callback
 from rmpd.daemon.config import ConfigError, DaemonConfig, load_config
 from rmpd.daemon.daemon import run_daemon
 from rmpd.daemon.memberships import MembershipFileError
@@ -28,6 +29,8 @@ app = typer.Typer(name="rmpd", help="The RMP daemon: one RMP process per host.",
 @app.callback(invoke_without_command=True)
 def run(
     ctx: typer.Context,
+    version: Annotated[bool, typer.Option("--version", is_eager=True, callback=version_callback("rmpd"),
+                                          help="Print the installed version and exit.")] = False,
     config: Annotated[Path | None, typer.Option("--config", envvar="RMPD_CONFIG",
                                                 help="TOML file; flags override its keys.")] = None,
     interface: Annotated[str | None, typer.Option(help="Interface name (e.g. lo, eth0) to bind and join on.")] = None,

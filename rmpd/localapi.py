@@ -11,6 +11,7 @@ delivered.  Bytes from the other end are untrusted: anything that is not a well-
 from __future__ import annotations
 
 import os
+import re
 import struct
 from dataclasses import dataclass
 from pathlib import Path
@@ -205,6 +206,22 @@ def min_partition_name(value: int) -> int | str:
 # only ever see a well-formed Request
 
 MAX_GROUP_NAME = 255
+_LINE_BREAKING = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+"""Control characters (C0, DEL, C1) and the Unicode line and paragraph separators."""
+
+
+def check_group_name(name: str) -> None:
+    """ValueError (one line) for a name no group may have: empty, over MAX_GROUP_NAME characters, or holding a
+    control character or line break.  A group's name is written into log lines, ``rmp status`` and journals, where
+    such a character would split or forge a line."""
+    if not 0 < len(name) <= MAX_GROUP_NAME:
+        raise ValueError(f"group name must be 1..{MAX_GROUP_NAME} characters")
+    bad = _LINE_BREAKING.search(name)
+    if bad is not None:
+        raise ValueError(f"group name must hold no control characters or line breaks; {name[:64]!r} has "
+                         f"{bad.group()!r} at {bad.start()}")
+
+
 MAX_BATCH = 4096
 """Messages one send_batch request may carry."""
 MAX_CALL_TIMEOUT = 3600.0
@@ -282,8 +299,11 @@ def parse_request(frame: dict[str, Any]) -> Request:
             raise RequestError(BAD_REQUEST, f"{name} must be {' or '.join(t.__name__ for t in types)}, "
                                                    f"got {type(value).__name__}")
         values[name] = value
-    if "group" in values and not 0 < len(values["group"]) <= MAX_GROUP_NAME:
-        raise RequestError(BAD_REQUEST, f"group name must be 1..{MAX_GROUP_NAME} characters")
+    if "group" in values:
+        try:
+            check_group_name(values["group"])
+        except ValueError as exc:
+            raise RequestError(BAD_REQUEST, str(exc)) from None
     if "qos" in values:
         try:
             values["qos"] = QoS.parse(values["qos"])

@@ -23,7 +23,7 @@ from rmpd.protocol.qos import QoS
 from rmpd.protocol.view import LIBRARY_HANDLER
 
 from .batching import Coalescer, Poster, SendBatch
-from .errors import ConnectionLost, RmpdError, single_error
+from .errors import ConnectionLost, RmpdError, check_group_name_here, single_error
 from .events import CallRequest, Delivery, Rejoining, Undelivered, ViewChange, make_delivery
 from .group import Group, JoinOnce
 
@@ -104,6 +104,7 @@ class Client:
         connection ends and rejoins it when it starts again, until a persistent leave (what ``rmp join`` does).
         ``state``: the group's state from a member that provides it is the first event (:class:`State`).  ``via``:
         a member's process ID (``ip:port``) that multicasts for the daemon in this group (explicit naming)."""
+        check_group_name_here(name)
         if min_partition is not None:
             try:
                 min_partition = localapi.min_partition_name(localapi.parse_min_partition(min_partition))
@@ -148,14 +149,14 @@ class Client:
     def _check_size(self, payload: bytes, qos: QoS) -> None:
         if len(payload) <= self._always_fits:  # the common case, on every send and post
             return
-        if len(payload) > FRAME_ROOM:
-            raise RmpdError("message-too-large", f"a message is at most {FRAME_ROOM} bytes through the daemon's "
-                                                 f"socket; this one has {len(payload)}")
-        if self._limits is not None:
+        if self._limits is not None:  # the group's limit first: it is the one a person can act on
             try:
                 check_message_size(self._limits, payload, qos)
             except MessageTooLarge as exc:
                 raise RmpdError(exc.code, str(exc)) from None
+        if len(payload) > FRAME_ROOM:
+            raise RmpdError("message-too-large", f"a message is at most {FRAME_ROOM} bytes through the daemon's "
+                                                 f"socket; this one has {len(payload)}")
 
     async def status(self) -> dict[str, Any]:
         return await self.request("status")
@@ -165,6 +166,7 @@ class Client:
         """Call ``group`` without joining it: the member holding ``handler``'s lock runs the call at most once and
         its reply is returned (None for ``handler=None``: the call was delivered to every member).  RmpdError
         ``call-timeout``, ``call-unknown``, ``call-too-early`` or ``call-no-handler`` when it fails."""
+        check_group_name_here(group)
         fields: dict[str, Any] = {"group": group, "payload": bytes(payload), "handler": handler,
                                   "timeout": float(timeout), "qos": qos.name()}
         return (await self.request("call", **fields))["reply"]

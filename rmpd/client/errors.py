@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from rmpd.localapi import BAD_REQUEST, check_group_name
+
 
 class RmpdError(Exception):
     """A request was refused; ``code`` is the daemon's error code (see docs/operations.md)."""
@@ -14,6 +16,15 @@ class RmpdError(Exception):
 
 class ConnectionLost(RmpdError):
     """The daemon closed the connection (it stopped, or cut this client off, e.g. as a slow consumer)."""
+
+
+def check_group_name_here(name: str) -> None:
+    """Refuse a name no group may have (:func:`rmpd.localapi.check_group_name`) as the daemon would, with its code
+    and text, before any request: the embedded node has no daemon to ask, and a daemon connection saves the trip."""
+    try:
+        check_group_name(name)
+    except ValueError as exc:
+        raise RmpdError(BAD_REQUEST, str(exc)) from None
 
 
 def single_error(group: BaseExceptionGroup) -> BaseException:

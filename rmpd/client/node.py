@@ -39,7 +39,7 @@ from rmpd.runtime.loop import ProcessLoop
 from rmpd.runtime.net import interface_address, loopback_interface, max_packet_for
 
 from .batching import Coalescer, Poster, SendBatch
-from .errors import RmpdError, single_error
+from .errors import RmpdError, check_group_name_here, single_error
 from .events import CallRequest, Rejoining, Undelivered, ViewChange, make_delivery
 from .group import EVENT_BUFFER, Group, JoinOnce
 
@@ -206,6 +206,7 @@ class Node:
         ``persist`` is taken so that code written for a daemon connection runs unchanged; a node's memberships end
         with the node either way.  ``state``: the group's state from a member that provides it is the first event
         (:class:`State`)."""
+        check_group_name_here(name)
         try:
             wanted = DEFAULT_MIN_PARTITION if min_partition is None else parse_min_partition(min_partition)
         except ValueError as exc:
@@ -305,6 +306,7 @@ class Node:
     async def call(self, group: str, payload: bytes, *, handler: int | None = 0, timeout: float = 5.0,
                    qos: QoS = QoS.TOTAL) -> bytes | None:
         """Call ``group`` without joining it (see :meth:`rmpd.client.Client.call`)."""
+        check_group_name_here(group)
         loop = self._require()
         with _refused():
             call_id = loop.call(group, bytes(payload), handler=handler, timeout=timeout, qos=qos)

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from rmpd.durable import replace_durably
-from rmpd.localapi import MAX_GROUP_NAME, min_partition_name, parse_min_partition
+from rmpd.localapi import MAX_GROUP_NAME, check_group_name, min_partition_name, parse_min_partition
 
 FILE_VERSION = 1
 ENTRY_KEYS = {"name", "min_partition", "ttl"}
@@ -76,6 +76,7 @@ def parse_membership(value: Any) -> Membership:
     name = value.get("name")
     if not isinstance(name, str) or not 0 < len(name) <= MAX_GROUP_NAME:
         raise ValueError(f"a group needs a name of 1..{MAX_GROUP_NAME} characters, got {name!r}")
+    check_group_name(name)
     min_partition = value.get("min_partition")
     if min_partition is not None:
         min_partition = parse_min_partition(min_partition)

@@ -81,13 +81,14 @@ class QoS(NamedTuple):
 
     @classmethod
     def parse(cls, text: str) -> QoS:
+        """A QoS from its name; K-resilient is named with its K (``k2``): a bare ``k`` names no level."""
         text = text.strip().lower()
         if text.startswith("k") and text[1:].isdigit():
             return cls.k(int(text[1:]))
         for level, name in _NAMES.items():
-            if name == text:
+            if name == text and level != Level.K_RESILIENT:
                 return cls(level)
-        raise ValueError(f"unknown QoS {text!r}; expected one of {', '.join(_NAMES.values())} or k<N>")
+        raise ValueError(f"unknown QoS {text!r}; expected one of {', '.join(QOS_NAMES)}")
 
     def required_holders(self, group_size: int) -> int:
         """How many members must hold a packet of this QoS before any member may deliver it.
@@ -113,6 +114,9 @@ _NAMES = {
     Level.MAJORITY: "majority",
     Level.SAFE: "safe",
 }
+
+QOS_NAMES = tuple(f"k1..k{MAX_RESILIENCE}" if level == Level.K_RESILIENT else name for level, name in _NAMES.items())
+"""Every name ``QoS.parse`` takes, as a person reads them (K-resilient as its range), in level order."""
 
 QoS.UNRELIABLE = QoS(Level.UNRELIABLE)
 QoS.UNORDERED = QoS(Level.UNORDERED)

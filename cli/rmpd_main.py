@@ -95,13 +95,15 @@ def start_error(exc: OSError, settings: DaemonConfig) -> str:
 def keygen(file: Annotated[Path, typer.Argument(help="Where to write the key (must not exist).")]) -> None:
     """Write a fresh 32-byte group key (mode 0400).  Copy it to every host of the group; use it with --auth-key."""
     try:
-        generate_key_file(file)
+        made = generate_key_file(file)
     except FileExistsError:
         typer.echo(f"rmpd: {file} exists; refusing to overwrite a key", err=True)
         raise typer.Exit(1) from None
     except OSError as exc:
         typer.echo(f"rmpd: cannot write {file}: {exc.strerror}", err=True)
         raise typer.Exit(1) from None
+    if made:
+        typer.echo(f"made directory {made[-1]} (mode 0700)")
     typer.echo(f"wrote a new group key to {file} (mode 0400)")
 
 

@@ -73,11 +73,20 @@ class GroupKey:
                    aead_key=_derive(secret, b"aead"))
 
 
-def generate_key_file(path: Path) -> None:
-    """Write a fresh key as 64 hex digits, mode 0400; never overwrite (FileExistsError)."""
+KEY_DIR_MODE = 0o700
+"""Mode of a directory ``generate_key_file`` makes for the key: a fresh host has no /etc/rmpd yet."""
+
+
+def generate_key_file(path: Path) -> list[Path]:
+    """Write a fresh key as 64 hex digits, mode 0400; never overwrite (FileExistsError).  Missing parent
+    directories are made first (the innermost mode KEY_DIR_MODE, as ``mkdir -p -m``); returns those made."""
+    missing = [parent for parent in reversed(path.absolute().parents) if not parent.exists()]
+    if missing:
+        missing[-1].mkdir(mode=KEY_DIR_MODE, parents=True)
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o400)
     with os.fdopen(fd, "w") as handle:
         handle.write(secrets.token_hex(KEY_BYTES) + "\n")
+    return missing
 
 
 def load_key_file(path: Path) -> GroupKey:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import stat
+import subprocess
 from collections import Counter
 from pathlib import Path
 
@@ -16,6 +17,8 @@ from rmpd.protocol.ids import ViewId
 from rmpd.protocol.packets import Data, decode, encode
 from rmpd.protocol.qos import QoS
 from rmpd.runtime.auth import AuthKeyError, DatagramGuard, GroupKey, generate_key_file, load_key_file
+
+from .harness import RMPD
 
 KEY = GroupKey.from_secret(bytes(range(32)))
 OTHER = GroupKey.from_secret(bytes(32))
@@ -101,6 +104,17 @@ def test_keygen_writes_a_private_key_once_and_it_loads(tmp_path: Path) -> None:
     raw = tmp_path / "raw.key"
     raw.write_bytes(bytes(range(32)))
     assert load_key_file(raw) == KEY
+
+
+def test_rmpd_keygen_makes_a_missing_directory_private(tmp_path: Path) -> None:
+    path = tmp_path / "etc" / "rmpd" / "group.key"  # a fresh host: no /etc/rmpd yet
+    result = subprocess.run([RMPD, "keygen", str(path)], capture_output=True, text=True, timeout=30)
+    assert result.returncode == 0, result.stderr
+    assert stat.S_IMODE(path.parent.stat().st_mode) == 0o700
+    assert stat.S_IMODE(path.stat().st_mode) == 0o400
+    assert load_key_file(path).kid
+    again = subprocess.run([RMPD, "keygen", str(path)], capture_output=True, text=True, timeout=30)
+    assert again.returncode == 1 and "refusing to overwrite" in again.stderr
 
 
 @pytest.mark.parametrize("content", [b"", b"short", b"zz" * 32, os.urandom(33)])

@@ -168,29 +168,28 @@ def _run_all(config: SimConfig, seeds: list[int], journal: Path | None, workers:
 
 
 def _print_summary(console: Console, config: SimConfig, summary: dict) -> None:
-    table = Table(title=f"rmp sim: {config.members} members, {config.senders} senders x {config.messages} "
-                        f"messages, qos {config.qos}, loss {config.loss}, dup {config.dup}, reorder {config.reorder}")
-    table.add_column("seeds", justify="right")
-    table.add_column("violations", justify="right")
-    table.add_column("delivered / expected", justify="right")
-    table.add_column("quiescent", justify="right")
-    table.add_column("one view", justify="right")
-    table.add_column("converged p50 / p99 s", justify="right")
-    table.add_column("datagrams", justify="right")
-    table.add_column("max OrderingQ ACKs", justify="right")
-    table.add_column("wall s", justify="right")
+    """One line per measure, the measure's name beside its value: reads whole at 80 columns, where a table with a
+    column per measure would cut its headers and numbers."""
+    console.print(f"rmp sim: {config.members} members, {config.senders} senders x {config.messages} messages, "
+                  f"qos {config.qos}, loss {config.loss}, dup {config.dup}, reorder {config.reorder}", highlight=False)
+    table = Table()
+    table.add_column("measure")
+    table.add_column("value", justify="right", no_wrap=True)
     ok = summary["violations"] == 0
-    table.add_row(
-        str(summary["seeds"]),
-        f"[{'green' if ok else 'red'}]{summary['violations']}[/]",
-        f"{summary['delivered']} / {summary['expected']}",
-        f"{summary['quiescent_seeds']} / {summary['seeds']}",
-        f"{summary['one_view_seeds']} / {summary['seeds']}",
-        f"{summary['convergence_p50_seconds']} / {summary['convergence_p99_seconds']}",
-        str(summary["datagrams"]),
-        str(summary["max_ack_slots"]),
-        f"{summary['elapsed_seconds']:.1f}",
-    )
+    seeds = summary["seeds"]
+    rows = [
+        ("seeds", str(seeds)),
+        ("violations", f"[{'green' if ok else 'red'}]{summary['violations']}[/]"),
+        ("delivered / expected", f"{summary['delivered']} / {summary['expected']}"),
+        ("quiescent seeds", f"{summary['quiescent_seeds']} / {seeds}"),
+        ("seeds ending in one view", f"{summary['one_view_seeds']} / {seeds}"),
+        ("converged p50 / p99 (s)", f"{summary['convergence_p50_seconds']} / {summary['convergence_p99_seconds']}"),
+        ("datagrams", str(summary["datagrams"])),
+        ("max OrderingQ ACKs", str(summary["max_ack_slots"])),
+        ("wall time (s)", f"{summary['elapsed_seconds']:.1f}"),
+    ]
+    for measure, value in rows:
+        table.add_row(measure, value)
     console.print(table)
     for f in summary["failures"][:10]:
         console.print(f"[red]seed {f['seed']}[/] {f['invariant']}: {f['detail']}\n  replay: {f['replay']}")

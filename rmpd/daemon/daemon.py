@@ -33,6 +33,8 @@ log = logging.getLogger("rmpd")
 
 LEAVE_TIMEOUT = 5.0
 """On SIGTERM, wait at most this long for the groups to commit our leave before exiting anyway."""
+CLOSE_TIMEOUT = 1.0
+"""Then at most this long for the local clients to be sent their last frames (``shutting-down``)."""
 
 
 async def run_daemon(config: DaemonConfig, guard: DatagramGuard | None = None) -> None:
@@ -84,6 +86,9 @@ async def run_daemon(config: DaemonConfig, guard: DatagramGuard | None = None) -
                         await loop.wait_idle()
                     if waited.cancelled_caught:
                         log.warning("groups still not left after %.0f s: exiting anyway", LEAVE_TIMEOUT)
+                    hub.close_sessions(f"the daemon is shutting down ({signal.Signals(signum).name})")
+                    with trio.move_on_after(CLOSE_TIMEOUT):
+                        await hub.sessions_gone()
                     nursery.cancel_scope.cancel()
                     break
     finally:

@@ -24,6 +24,7 @@ import logging
 from collections import defaultdict
 from typing import Any
 
+import trio
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from rmpd import localapi
@@ -37,6 +38,8 @@ from rmpd.protocol.events import (
     Left,
     LockResult,
     SendRefused,
+    StatusAsked,
+    StatusGathered,
     Undelivered,
     ViewInstalled,
 )
@@ -47,6 +50,7 @@ from rmpd.protocol.status import GroupStatus
 from rmpd.runtime.adapter import OVERRUN_GRACE, Application, LockBusy, LockRequests, OwnMessages
 from rmpd.runtime.loop import ProcessLoop
 
+from .group_status import MAX_GATHER_TIMEOUT, StatusGatherer, group_details
 from .memberships import Membership, MembershipFile
 from .session import Session
 
@@ -69,16 +73,18 @@ DELIVERY_FRAME_BYTES = 4 * 1024 * 1024
 
 
 class SessionReply:
-    """A request parked until the process answers it: the client's session and the request's id."""
+    """A request parked until the process answers it: the client's session, the request's id, and fields of the
+    answer known when it was asked."""
 
-    __slots__ = ("rid", "session")
+    __slots__ = ("extra", "rid", "session")
 
-    def __init__(self, session: Session, rid: Any) -> None:
+    def __init__(self, session: Session, rid: Any, extra: dict[str, Any] | None = None) -> None:
         self.session = session
         self.rid = rid
+        self.extra = extra or {}
 
     def ok(self, fields: dict[str, Any]) -> None:
-        self.session.push(localapi.ok_reply(self.rid, fields))
+        self.session.push(localapi.ok_reply(self.rid, {**fields, **self.extra}))
 
     def fail(self, code: str, message: str) -> None:
         self.session.push(localapi.error_reply(self.rid, code, message))
@@ -119,6 +125,8 @@ class Hub:
         self.lock_owner: dict[tuple[str, int], Owner] = {}
         """Locks this daemon holds per group, and the local client each belongs to (None once it went away)."""
         self.shutting_down = False
+        self._sessions_changed = trio.Event()
+        """Set when a client goes away (replaced by whoever waits for the next one: :meth:`sessions_gone`)."""
         self.send_waiters: dict[str, list[tuple[Session, Any, dict[str, Any]]]] = defaultdict(list)
         """Sends accepted while the group's backlog was full, answered once it has room again."""
         self.call_waiters: dict[int, Waiter] = {}
@@ -135,6 +143,8 @@ class Hub:
         self.metrics_address: str | None = None
         """Where the daemon serves its Prometheus metrics (``host:port``), when it does."""
         loop.metrics.extra.append(self._client_metrics)
+        self.gatherer = StatusGatherer(loop, lambda group: self.attached.get(group, ()), self.stats)
+        """``rmp status G --all``: this daemon's gatherings, and its answers to other members'."""
 
     # ------------------------------------------------------------------------------------------------------------
     # Memberships kept across restarts
@@ -199,12 +209,14 @@ class Hub:
     def remove(self, session: Session) -> None:
         """A client went away: detach it from its groups, forget what it sent, and give back its locks."""
         self.sessions.discard(session)
+        self._sessions_changed.set()
         for group in list(session.groups):
             self._detach(session, group)
         self.own.forget(session)  # sent to a group it had left already
         self.app.forget(lambda reply: isinstance(reply, SessionReply) and reply.session is session)
         for parked in self.send_waiters.values():
             parked[:] = [w for w in parked if w[0] is not session]
+        self.gatherer.forget(session)
         for call_id, (waiter, _) in list(self.call_waiters.items()):
             if waiter is session:
                 del self.call_waiters[call_id]
@@ -277,9 +289,17 @@ class Hub:
         return {"pid": self.loop.pid, "version": 1, "max_message": limits.max_message,
                 "max_packet": limits.max_packet}
 
-    def _op_status(self, session: Session, request: Request) -> dict[str, Any]:
+    def _op_status(self, session: Session, request: Request) -> dict[str, Any] | None:
+        if request.all:
+            if not request.group or request.timeout > MAX_GATHER_TIMEOUT:
+                raise RequestError(localapi.BAD_REQUEST, f"status with all needs a group and a timeout of at most "
+                                                         f"{MAX_GATHER_TIMEOUT:g} s")
+            self.gatherer.start(request.group, request.timeout, SessionReply(session, request.id))
+            return None
         groups = []
         for group in self.loop.groups():
+            if request.group and group != request.group:
+                continue
             view = self.loop.view(group)
             status = self.loop.status(group)
             groups.append({
@@ -294,6 +314,7 @@ class Hub:
                 "locks": sorted(lock for (g, lock) in self.lock_owner if g == group),
                 "buffers": self._buffers(group, status),
                 "scmp": status.scmp if status is not None else {},
+                **group_details(self.loop, group, self.attached.get(group, ())),
             })
         counters = self.loop.counters()
         counters.update({f"hub_{k}": v for k, v in self.stats.items()})
@@ -329,11 +350,17 @@ class Hub:
         if request.persist:
             self._record(Membership(group, request.min_partition, request.ttl))
             self.persistent.add(group)
+        # Clients of this daemon are participants of the group's state transfer each: one that attaches when
+        # another takes part already is not alone with the state, even when this daemon is alone in the view.
+        peers = {"state_peers": sum(group in s.state_groups for s in self.attached.get(group, ()) if s is not session)}
         if group not in session.groups:
             session.groups.add(group)
+            session.state_groups.discard(group)  # as an earlier attachment to the group said
             self.attached[group].add(session)
+        if request.state:
+            session.state_groups.add(group)
         try:
-            view = self.app.join(group, SessionReply(session, request.id), ttl=request.ttl,
+            view = self.app.join(group, SessionReply(session, request.id, peers), ttl=request.ttl,
                                  min_partition=localapi.DEFAULT_MIN_PARTITION if request.min_partition is None
                                  else request.min_partition, existing_only=request.existing_only,
                                  via=request.via)
@@ -346,7 +373,7 @@ class Hub:
             raise RequestError(localapi.BAD_REQUEST, str(exc)) from None
         if view is not None:
             self._unconfirmed.discard(group)  # a member already: the record stands
-            return {"view": str(view.view_id), "members": list(view.members)}
+            return {"view": str(view.view_id), "members": list(view.members), **peers}
         return None
 
     def _op_leave(self, session: Session, request: Request) -> dict[str, Any]:
@@ -405,9 +432,10 @@ class Hub:
 
     def _op_call(self, session: Session, request: Request) -> None:
         """Call a group as a non-member (no join needed); answered when the group replies or the call fails."""
-        call_id = self.loop.call(request.group, request.payload, handler=request.handler, timeout=request.timeout,
-                                  qos=request.qos)
-        self.call_waiters[call_id] = (session, request.id)
+        with self.loop.one_step():  # the answer can come at once (our own one-member group): wait for it first
+            call_id = self.loop.call(request.group, request.payload, handler=request.handler,
+                                      timeout=request.timeout, qos=request.qos)
+            self.call_waiters[call_id] = (session, request.id)
         self.stats["calls"] += 1
 
     def _op_reply(self, session: Session, request: Request) -> dict[str, Any]:
@@ -521,6 +549,10 @@ class Hub:
             self._call_answered(event)
         elif isinstance(event, CallRequest):
             self._call_request(event)
+        elif isinstance(event, StatusAsked):
+            self.gatherer.asked(event)
+        elif isinstance(event, StatusGathered):
+            self.gatherer.gathered(event)
         elif isinstance(event, Left | JoinFailed):
             self._gone(event)
         elif isinstance(event, Undelivered):
@@ -646,7 +678,8 @@ class Hub:
             session.push(localapi.error_reply(rid, localapi.LEFT, f"left {group!r}: {event.reason}"))
         for key in [k for k in self.lock_owner if k[0] == group]:
             del self.lock_owner[key]
-        self._fan_out(group, localapi.left_event(group, event.reason))
+        if not self.shutting_down:  # at shutdown each client is told once, shutting-down (close_sessions)
+            self._fan_out(group, localapi.left_event(group, event.reason))
         for session in self.attached.pop(group, set()):
             session.groups.discard(group)
         self.persistent.discard(group)
@@ -666,3 +699,18 @@ class Hub:
         self.shutting_down = self.app.stopping = True
         for group in self.loop.groups():
             self._leave_group(group)
+
+    def close_sessions(self, message: str) -> None:
+        """Shutdown, once the groups are left: every client gets what is queued for it (the deliveries before the
+        leave), then one ``shutting-down`` error, the reason its connection ends, instead of a ``left`` per
+        group that would read as if the group had gone."""
+        for session in list(self.sessions):
+            session.push(localapi.error_reply(None, localapi.SHUTTING_DOWN, message))
+            session.finish()
+
+    async def sessions_gone(self) -> None:
+        """Return once no client is connected (after :meth:`close_sessions`, when each has been sent its last
+        frame)."""
+        while self.sessions:
+            self._sessions_changed = trio.Event()
+            await self._sessions_changed.wait()

@@ -17,6 +17,7 @@ import trio
 
 from rmpd import localapi
 from rmpd.localapi import DEFAULT_MAX_FRAME, FrameError, FrameReader, client_socket_path, encode_frame, qos_of
+from rmpd.protocol.calls import CALL_ERRORS, CALL_GRACE
 from rmpd.protocol.config import EngineConfig
 from rmpd.protocol.limits import MessageTooLarge, check_message_size
 from rmpd.protocol.qos import QoS
@@ -169,7 +170,10 @@ class Client:
         check_group_name_here(group)
         fields: dict[str, Any] = {"group": group, "payload": bytes(payload), "handler": handler,
                                   "timeout": float(timeout), "qos": qos.name()}
-        return (await self.request("call", **fields))["reply"]
+        pending = await self._submit("call", **fields)
+        with trio.move_on_after(float(timeout) + CALL_GRACE):  # the daemon answers by the timeout; never wait on
+            return (await self._answer_to(pending))["reply"]
+        raise RmpdError("call-timeout", CALL_ERRORS["timeout"])
 
     async def _reply(self, request: CallRequest, payload: bytes) -> None:
         await self.request("reply", group=request.group, caller=request.caller, conn=request.conn,

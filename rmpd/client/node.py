@@ -21,6 +21,7 @@ import trio
 from prometheus_client import CollectorRegistry
 
 from rmpd.localapi import BAD_REQUEST, DEFAULT_MIN_PARTITION, parse_min_partition
+from rmpd.protocol.calls import CALL_ERRORS, CALL_GRACE
 from rmpd.protocol.config import EngineConfig
 from rmpd.protocol.events import CallAnswered, Delivered, JoinFailed, Left, LockResult, ViewInstalled
 from rmpd.protocol.events import CallRequest as EngineCallRequest
@@ -308,14 +309,18 @@ class Node:
         """Call ``group`` without joining it (see :meth:`rmpd.client.Client.call`)."""
         check_group_name_here(group)
         loop = self._require()
-        with _refused():
+        done, answer = trio.Event(), list[CallAnswered]()
+        with _refused(), loop.one_step():  # the answer can come at once (our own one-member group)
             call_id = loop.call(group, bytes(payload), handler=handler, timeout=timeout, qos=qos)
-        done, answer = self._calls[call_id] = (trio.Event(), [])
+            self._calls[call_id] = (done, answer)
         try:
-            await done.wait()
+            with trio.move_on_after(timeout + CALL_GRACE):
+                await done.wait()
         finally:
             if self._calls.pop(call_id, None) is not None and not answer:
                 loop.cancel_call(call_id)
+        if not answer:
+            raise RmpdError("call-timeout", CALL_ERRORS["timeout"])
         event = answer[0]
         if event.error is not None:
             raise RmpdError("call-" + event.error, event.reason)

@@ -27,6 +27,10 @@ CALL_ERRORS = {
 }
 """Error codes a call can end with, and what they mean."""
 
+CALL_GRACE = 0.5
+"""Seconds a caller's library waits past a call's timeout for the answer before it reports the timeout itself: the
+process answers every call by its deadline, and this bounds the wait if that answer is lost on the way."""
+
 RETRY_INITIAL = 0.05
 RETRY_MAX = 1.0
 

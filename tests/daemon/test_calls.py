@@ -10,11 +10,14 @@ import subprocess
 import time
 from pathlib import Path
 
+import trio
+
+import rmpd
 from rmpd.protocol.naming import group_address
 from rmpd.protocol.packets import CallStatus, ListChangeRequest, NonMemberAck, NonMemberData, decode, encode
 from rmpd.protocol.qos import QoS
 
-from .harness import RMP, wait_for
+from .harness import RMP, unique, wait_for
 
 GROUP = "rpc"
 
@@ -181,3 +184,36 @@ def test_a_member_calls_its_own_group_through_its_own_daemon(daemons, tmp_path) 
     finally:
         server.terminate()
         server.wait(10)
+
+
+def test_a_call_answered_at_once_by_its_own_daemons_group_is_not_lost(daemons) -> None:
+    """A one-member group on the caller's own daemon decides the call inside the request that makes it: the answer
+    must still reach the caller (it used to be dropped, and the call then waited forever, ignoring --timeout)."""
+    member = daemons("m")
+    member.rmp("join", GROUP)
+    for _ in range(3):
+        started = time.monotonic()
+        result = member.rmp("call", GROUP, "x", "--handler", "3", "--timeout", "2", check=False, timeout=20)
+        assert result.returncode == 1 and "call-no-handler" in result.stderr, result.stderr
+        assert time.monotonic() - started < 10
+
+
+def test_a_call_nobody_serves_ends_by_its_timeout(daemons) -> None:
+    """No member anywhere: the call ends with call-timeout within its timeout plus 1 s, each time (timed from the
+    library's call, so the `rmp` process's start-up on a busy host does not count)."""
+    caller = daemons("outsider")
+
+    async def timed_call(group: str, timeout: float) -> tuple[str, float]:
+        async with rmpd.connect(caller.socket) as client:
+            started = trio.current_time()
+            try:
+                await client.call(group, b"x", timeout=timeout)
+            except rmpd.RmpdError as exc:
+                return exc.code, trio.current_time() - started
+            return "answered", trio.current_time() - started
+
+    for timeout in (0.3, 1.0, 2.0, 1.0, 0.3):
+        code, took = trio.run(timed_call, unique("nobody"), timeout)
+        assert code == "call-timeout" and timeout <= took + 0.05 and took <= timeout + 1.0, (timeout, code, took)
+    result = caller.rmp("call", unique("nobody"), "x", "--timeout", "0.5", check=False, timeout=20)
+    assert result.returncode == 1 and "call-timeout" in result.stderr

@@ -9,7 +9,15 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from rmpd.audit.inputs import EXIT_UNREADABLE, INSTALL_HINT, SPARK_LOG_LEVELS, UnreadableInput, check_local
+from rmpd.audit.inputs import (
+    EXIT_UNREADABLE,
+    INSTALL_HINT,
+    SPARK_LOG_LEVELS,
+    UnreadableInput,
+    UnusableMaster,
+    check_local,
+    check_master,
+)
 from rmpd.runtime.auth import AuthKeyError, load_key_file
 
 audit_app = typer.Typer()
@@ -35,19 +43,21 @@ def audit(
                                        "encrypted datagrams and checks every MAC.")
     ] = None,
     spark_log: Annotated[
-        str, typer.Option(help="Spark's own log level on stderr: error, warn, info or debug.")
-    ] = "error",
+        str, typer.Option(help="Also show Spark's own log on stderr at this level: off, error, warn, info or debug "
+                               "(it is always kept in a file, named when Spark fails).")
+    ] = "off",
 ) -> None:
     """Audit journals from many hosts: one verdict per invariant.
 
-    Exit status: 0 every invariant holds, 1 some invariant is violated, 2 the input could not be read.
+    Exit status: 0 every invariant holds, 1 some invariant is violated, 2 the input could not be read (or the
+    master cannot be used), 3 Spark failed for another reason.
     """
     err = Console(stderr=True)
     if not paths and not pcap:
         err.print("[red]error:[/red] give at least one journal PATH or --pcap FILE")
         raise typer.Exit(EXIT_UNREADABLE)
     if spark_log not in SPARK_LOG_LEVELS:
-        err.print(f"[red]error:[/red] --spark-log must be error, warn, info or debug, got {escape(spark_log)!r}")
+        err.print(f"[red]error:[/red] --spark-log must be off, error, warn, info or debug, got {escape(spark_log)!r}")
         raise typer.Exit(EXIT_UNREADABLE)
     key = None
     if auth_key is not None:
@@ -62,22 +72,20 @@ def audit(
         err.print(f"[red]unreadable input:[/red] {escape(str(exc))}", soft_wrap=True)
         raise typer.Exit(EXIT_UNREADABLE) from None
     try:
+        check_master(master)
+    except UnusableMaster as exc:  # Spark would print pages of Java, after a minute for an unreachable master
+        err.print(f"[red]error:[/red] {escape(str(exc))}", soft_wrap=True)
+        raise typer.Exit(EXIT_UNREADABLE) from None
+    try:
         # Spark is imported here so that `rmp --help` and the other commands start fast, and run without it.
-        from rmpd.audit.job import run_audit
-        from rmpd.audit.report import render
+        from rmpd.audit.job import audit_and_report
         from rmpd.audit.session import get_session
     except ImportError as exc:
         if (exc.name or "").split(".")[0] not in ("pyspark", "py4j"):
             raise
         err.print(f"[red]error:[/red] {escape(INSTALL_HINT)}", soft_wrap=True)
         raise typer.Exit(EXIT_UNREADABLE) from None
-    spark = get_session(master, spark_log=spark_log)
-    try:
-        report = run_audit(spark, list(paths or []), list(pcap or []), examples, key)
-    except UnreadableInput as exc:
-        err.print(f"[red]unreadable input:[/red] {escape(str(exc))}", soft_wrap=True)
-        raise typer.Exit(EXIT_UNREADABLE) from None
-    render(report, Console(soft_wrap=True))
-    if json_out is not None:
-        report.write_json(str(json_out))
-    raise typer.Exit(report.exit_code)
+    raise typer.Exit(audit_and_report(
+        lambda: get_session(master, spark_log=spark_log), list(paths or []), list(pcap or []), examples, key,
+        None if json_out is None else str(json_out), Console(soft_wrap=True), err,
+    ))

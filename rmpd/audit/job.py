@@ -9,29 +9,32 @@ from __future__ import annotations
 import argparse
 import contextlib
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from pyspark.sql import SparkSession
 from rich.console import Console
+from rich.markup import escape
 
 from rmpd.runtime.auth import AuthKeyError, GroupKey, load_key_file
 
-from .inputs import EXIT_UNREADABLE
+from .inputs import EXIT_SPARK_FAILED, EXIT_UNREADABLE
 from .invariants import journal_checks
+from .progress import Progress
 from .read import UnreadableInput, read_journals
 from .report import AuditReport, InvariantResult, evaluate, render
+from .session import log_file
 from .shared import release
 
 
 def run_audit(
     spark: SparkSession, paths: list[str], pcaps: list[str] | None = None, examples: int = 5,
-    key: GroupKey | None = None,
+    key: GroupKey | None = None, progress: Progress | None = None,
 ) -> AuditReport:
     """Audit journals at ``paths`` and captures at ``pcaps`` (of a keyed group: ``key`` opens and checks its
-    datagrams); raises :class:`UnreadableInput`."""
+    datagrams), telling ``progress`` what it is doing; raises :class:`UnreadableInput`."""
     with sized_for_input(spark, [*paths, *(pcaps or [])]):
-        return _run_audit(spark, paths, pcaps, examples, key)
+        return _run_audit(spark, paths, pcaps, examples, key, progress)
 
 
 SMALL_INPUT_BYTES = 16 * 1024 * 1024
@@ -86,12 +89,16 @@ def input_bytes(spark: SparkSession, paths: list[str]) -> int:
 
 
 def _run_audit(spark: SparkSession, paths: list[str], pcaps: list[str] | None, examples: int,
-               key: GroupKey | None) -> AuditReport:
+               key: GroupKey | None, progress: Progress | None) -> AuditReport:
     results: list[InvariantResult] = []
     records = 0
     inputs: list[str] = []
     if paths:
+        if progress is not None:
+            progress.phase = "reading journals"
         journals = read_journals(spark, paths)
+        if progress is not None:
+            progress.phase, progress.records = "checking invariants", journals.count
         try:
             _, results = evaluate(journal_checks(journals.records), examples)
         finally:
@@ -102,6 +109,9 @@ def _run_audit(spark: SparkSession, paths: list[str], pcaps: list[str] | None, e
     if pcaps:
         from .pcap import wire_checks
 
+        if progress is not None:
+            progress.phase = "checking captures"
+
         packets, checks = wire_checks(spark, pcaps, key)
         try:
             n, wire = evaluate(checks, examples, packets)
@@ -111,6 +121,50 @@ def _run_audit(spark: SparkSession, paths: list[str], pcaps: list[str] | None, e
         results += wire
         inputs += pcaps
     return AuditReport(inputs, records, results)
+
+
+def audit_and_report(
+    start_session: Callable[[], SparkSession], paths: list[str], pcaps: list[str], examples: int,
+    key: GroupKey | None, json_out: str | None, out: Console, err: Console,
+) -> int:
+    """Start Spark, audit, print the verdict on ``out`` and return the exit status; every failure is one line on
+    ``err``: unreadable input or an unusable master (``EXIT_UNREADABLE``, naming the file or the master), or Spark
+    failing for a reason of its own (``EXIT_SPARK_FAILED``, naming Spark's log file)."""
+    spark: SparkSession | None = None
+    try:
+        spark = start_session()
+        with Progress(spark, err.file) as progress:
+            report = run_audit(spark, paths, pcaps, examples, key, progress)
+    except UnreadableInput as exc:
+        err.print(f"[red]unreadable input:[/red] {escape(str(exc))}", soft_wrap=True)
+        _drop_log(spark)
+        return EXIT_UNREADABLE
+    except Exception as exc:  # py4j and PySpark raise many types; each is told in one line, with the log's path
+        log = log_file(spark) if spark is not None else None
+        where = f" (Spark's log: {log})" if log else ""
+        err.print(f"[red]error:[/red] Spark failed: {escape(summary(exc))}{where}", soft_wrap=True)
+        return EXIT_SPARK_FAILED
+    render(report, out)
+    if json_out:
+        report.write_json(json_out)
+    _drop_log(spark)
+    return report.exit_code
+
+
+def _drop_log(spark: SparkSession | None) -> None:
+    """Remove Spark's log file once the audit has ended without Spark failing: it is kept only to be read then."""
+    log = log_file(spark) if spark is not None else None
+    if log:
+        Path(log).unlink(missing_ok=True)
+
+
+def summary(exc: BaseException) -> str:
+    """The line of a (usually Java) exception's text that says what went wrong, without its stack trace."""
+    lines = [line.strip(" :\t") for line in str(exc).splitlines()]
+    lines = [line for line in lines if line and not line.startswith(("An error occurred while calling", "at "))]
+    text = next((line for line in lines if "Exception" in line or "Error" in line), lines[0] if lines else "")
+    text = text or type(exc).__name__
+    return text if len(text) <= 300 else text[:297] + "..."
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -125,20 +179,15 @@ def main(argv: list[str] | None = None) -> int:
     err = Console(stderr=True)
     if not args.paths and not args.pcap:
         parser.error("give at least one journal path or --pcap file")
-    spark = SparkSession.builder.appName("rmp-audit").config("spark.sql.session.timeZone", "UTC").getOrCreate()
     try:
         key = load_key_file(Path(args.auth_key)) if args.auth_key else None
-        report = run_audit(spark, args.paths, args.pcap, args.examples, key)
     except AuthKeyError as exc:
         err.print(f"[red]error:[/red] {exc}")
         return EXIT_UNREADABLE
-    except UnreadableInput as exc:
-        err.print(f"[red]unreadable input:[/red] {exc}")
-        return EXIT_UNREADABLE
-    render(report, Console())
-    if args.json_out:
-        report.write_json(args.json_out)
-    return report.exit_code
+    return audit_and_report(
+        lambda: SparkSession.builder.appName("rmp-audit").config("spark.sql.session.timeZone", "UTC").getOrCreate(),
+        args.paths, args.pcap, args.examples, key, args.json_out, Console(), err,
+    )
 
 
 if __name__ == "__main__":

@@ -109,13 +109,42 @@ def read_journals(spark: SparkSession, paths: list[str]) -> Journals:
     files = list_files(spark, paths)
     raw = parse(spark, files)
     lines = typed(raw).persist()
-    found = splits(lines)
+    try:
+        found = splits(lines)
+    except Exception as exc:  # py4j wraps every JVM error: only a file that failed to read is the input's fault
+        lines.unpersist()
+        unreadable = read_failure(exc)
+        if unreadable is None:
+            raise
+        raise unreadable from None
     if any(s.bad for s in found):
         lines.unpersist()
         raise _first_bad(raw)
+    if not any(s.rows for s in found):
+        lines.unpersist()
+        raise UnreadableInput(", ".join(paths), None, "no records (every journal file is empty)")
     # Not cached again: copying every record to add ``pos`` cost more than looking it up where a check sorts on it.
     records = positioned(spark, lines.drop("why"), found)
     return Journals(records, sum(s.rows for s in found), lines)
+
+
+_READ_FAILED = re.compile(r"Encountered error while reading file (\S+?)\.?\s")
+_CAUSE = re.compile(r"Caused by: (?:[\w$]+\.)*([\w$]+)(?:: ([^\n]*))?")
+
+
+def read_failure(exc: Exception) -> UnreadableInput | None:
+    """The file Spark failed to read in ``exc`` (a truncated or corrupt ``.gz``, a file that vanished), with the
+    deepest cause Java gives, or None when ``exc`` is not about reading a file."""
+    text = str(exc)
+    failed = _READ_FAILED.search(text)
+    if failed is None:
+        return None
+    causes = _CAUSE.findall(text)
+    reason = "cannot be read"
+    if causes:
+        name, message = causes[-1]
+        reason += f": {message.strip() or name}"
+    return UnreadableInput(_local_name(failed.group(1)), None, reason)
 
 
 def _first_bad(raw: DataFrame) -> UnreadableInput:

@@ -1,33 +1,46 @@
-"""The SparkSession the audit runs in: UTC, console progress on stderr, quiet logs."""
+"""The SparkSession the audit runs in: UTC, Spark's log in a file of its own, nothing but progress on stderr."""
 
 from __future__ import annotations
 
 import os
 import re
 import sys
+import tempfile
 from pathlib import Path
 
 from pyspark.sql import SparkSession
 
 LOG_CONFIG = Path(__file__).with_name("log4j2.properties")
-"""Spark's log configuration while the auditor runs: ``error`` and worse unless a level is asked for."""
+"""Spark's log configuration while the auditor runs: a file of its own, and stderr only at a level asked for."""
 
 
-def get_session(master: str | None = None, app_name: str = "rmp-audit", spark_log: str = "error") -> SparkSession:
+LOG_FILE_CONF = "spark.rmpd.audit.logFile"
+"""Session setting naming the file Spark's log goes to, so that whoever holds the session can point at it."""
+
+_VERBOSITY = ("off", "error", "warn", "info", "debug")
+
+
+def get_session(master: str | None = None, app_name: str = "rmp-audit", spark_log: str = "off") -> SparkSession:
     """Reuse a running session (tests, ``spark-submit``) or start one on ``master``.
 
-    Spark prints its progress bar and logs to stderr, leaving stdout for the verdict; its log shows ``spark_log``
-    and worse (``error`` by default: its start-up warnings, such as the host name resolving to loopback, say
-    nothing about the trace).  Python workers (used only to decode wire captures) run this interpreter unless
-    ``PYSPARK_PYTHON`` says otherwise, so they import the same ``rmpd`` and ``msgpack``.
+    Spark's own log (warnings and worse, or ``spark_log`` if more verbose) goes to a file of its own, whose path
+    :func:`log_file` gives; stderr shows it at ``spark_log`` and worse (``off`` by default: its start-up warnings,
+    such as the host name resolving to loopback, say nothing about the trace, and a failure is told in one line
+    that names the file).  Stdout is left for the verdict.  Python workers (used only to decode wire captures) run
+    this interpreter unless ``PYSPARK_PYTHON`` says otherwise, so they import the same ``rmpd`` and ``msgpack``.
     """
+    level = max("warn", spark_log, key=_VERBOSITY.index)
+    log = Path(tempfile.gettempdir()) / f"rmp-audit-{os.getpid()}.log"
     builder = (
         SparkSession.builder.appName(app_name)
         .config("spark.sql.session.timeZone", "UTC")
-        .config("spark.ui.showConsoleProgress", "true")
+        # The auditor shows its own progress line (``progress``); Spark's bar would draw over it.
+        .config("spark.ui.showConsoleProgress", "false")
+        .config(LOG_FILE_CONF, str(log))
         # Read when this starts the JVM (a session already running keeps its own).
         .config("spark.driver.extraJavaOptions",
-                f"-Dlog4j2.configurationFile={LOG_CONFIG.as_uri()} -Drmpd.audit.spark_log={spark_log}")
+                f"-Dlog4j2.configurationFile={LOG_CONFIG.as_uri()} -Drmpd.audit.spark_log={spark_log} "
+                f"-Drmpd.audit.log_level={level} -Drmpd.audit.log_file={log}")
     )
     # PySpark reads the workers' interpreter from the environment when the context starts.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -46,8 +59,14 @@ def get_session(master: str | None = None, app_name: str = "rmp-audit", spark_lo
             # member, ran out of a 4 GB heap.  RMP_AUDIT_MEMORY overrides.  Takes effect when this starts the JVM.
             builder = builder.config("spark.driver.memory", os.environ.get("RMP_AUDIT_MEMORY", "8g"))
     spark = builder.getOrCreate()
-    spark.sparkContext.setLogLevel(spark_log.upper())
+    if log_file(spark) is not None:  # a session started elsewhere keeps the log settings it was started with
+        spark.sparkContext.setLogLevel(level.upper())
     return spark
+
+
+def log_file(spark: SparkSession) -> str | None:
+    """The file Spark's log goes to in this session, if :func:`get_session` started it."""
+    return spark.sparkContext.getConf().get(LOG_FILE_CONF, None)
 
 
 def local_cores(master: str) -> int | None:

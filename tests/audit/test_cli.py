@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
+import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -75,3 +79,45 @@ def test_unreadable_variants_are_reported(spark: SparkSession, tmp_path: Path) -
         run_audit(spark, [str(bad_version)])
     result = runner.invoke(audit_app, [str(tmp_path / "missing")])
     assert result.exit_code == 2 and "no such file or directory" in result.stderr
+
+
+def test_a_corrupt_gzip_journal_exits_2_in_one_line_naming_the_file(spark: SparkSession, tmp_path: Path) -> None:
+    whole = tmp_path / "whole.jsonl.gz"
+    with gzip.open(whole, "wt") as f:
+        for i in range(5000):
+            f.write(json.dumps({"v": 1, "node": "10.0.0.1:7000", "group": "g", "event": "view",
+                                "view": f"10.0.0.1:7000/{i}", "ts": i, "members": ["10.0.0.1:7000"]}) + "\n")
+    cut = tmp_path / "n.0.jsonl.gz"
+    cut.write_bytes(whole.read_bytes()[: whole.stat().st_size // 2])
+    whole.unlink()
+    result = runner.invoke(audit_app, [str(tmp_path)])
+    assert result.exit_code == 2, result.output
+    assert result.stderr.strip() == f"unreadable input: {cut}: cannot be read: Unexpected end of input stream"
+    assert result.stdout == ""
+
+
+def test_journals_without_records_exit_2(spark: SparkSession, tmp_path: Path) -> None:
+    (tmp_path / "a.jsonl").write_text("")
+    result = runner.invoke(audit_app, [str(tmp_path / "a.jsonl")])  # told before Spark starts
+    assert result.exit_code == 2 and "no records" in result.stderr, result.output
+    with gzip.open(tmp_path / "b.jsonl.gz", "wt") as f:  # empty, though the file is not
+        f.write("")
+    result = runner.invoke(audit_app, [str(tmp_path)])  # told by Spark's reading
+    assert result.exit_code == 2, result.output
+    assert result.stderr.strip() == f"unreadable input: {tmp_path}: no records (every journal file is empty)"
+
+
+def test_a_spark_failure_exits_3_in_one_line_naming_the_log(tmp_path: Path) -> None:
+    """Spark failing for a reason of its own (here: no memory to run a task) is exit 3, not a verdict on the input."""
+    path = write_case(tmp_path, "clean", base=83_000)
+    env = {**os.environ, "PYSPARK_SUBMIT_ARGS": "--conf spark.memory.fraction=0.0000001 pyspark-shell"}
+    result = subprocess.run([str(Path(sys.executable).with_name("rmp")), "audit", str(path), "--master", "local[1]"],
+                            capture_output=True, text=True, env=env, timeout=300)
+    assert result.returncode == 3, result.stderr
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith("error: Spark failed: ") and "SparkOutOfMemoryError" in last, result.stderr
+    log = re.search(r"\(Spark's log: (\S+)\)$", last)
+    assert log is not None, last
+    assert "SparkOutOfMemoryError" in Path(log.group(1)).read_text()
+    assert "Traceback" not in result.stderr and "\tat org.apache" not in result.stderr
+    Path(log.group(1)).unlink()

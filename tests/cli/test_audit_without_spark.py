@@ -3,6 +3,7 @@ the daemon's package does not pull Spark in (only the ``audit`` extra does)."""
 
 from __future__ import annotations
 
+import socket
 import subprocess
 import sys
 from importlib import metadata
@@ -48,3 +49,19 @@ def test_only_the_audit_extra_requires_pyspark() -> None:
     spark = [r for r in requires if r.lower().startswith("pyspark")]
     assert spark and all('extra == "audit"' in r for r in spark), requires
     assert any(r.startswith("prometheus") and "extra" not in r for r in requires), requires
+
+
+def test_a_master_spark_cannot_use_is_answered_in_one_line_before_spark_starts(tmp_path: Path) -> None:
+    journal = tmp_path / "a.jsonl"
+    journal.write_text('{"v":1,"node":"10.0.0.1:7000","event":"view","view":"x/1","ts":0}\n')
+    result = rmp_without_spark("audit", str(journal), "--master", "bogus://x")
+    assert result.returncode == 2
+    assert result.stderr.startswith("error: Spark master bogus://x: not a master URL Spark takes"), result.stderr
+    with socket.socket() as unused:  # a port nobody listens on: bound, never listening
+        unused.bind(("127.0.0.1", 0))
+        port = unused.getsockname()[1]
+        result = rmp_without_spark("audit", str(journal), "--master", f"spark://127.0.0.1:{port}")
+    assert result.returncode == 2
+    assert result.stderr.strip() == (
+        f"error: Spark master spark://127.0.0.1:{port}: cannot connect (127.0.0.1:{port} Connection refused)"
+    )

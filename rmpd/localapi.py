@@ -60,6 +60,10 @@ UNKNOWN_OP = "unknown-op"
 NOT_MEMBER = "not-member"
 NOT_JOINED = "not-joined"
 JOIN_FAILED = "join-failed"
+AUTH_REQUIRED = "auth-required"
+"""A join of a group whose traffic is sealed with an auth key, by a process that has none (docs/security.md)."""
+ENCRYPTION_MISMATCH = "encryption-mismatch"
+"""A join of a group whose members' encrypt setting is not this process's (docs/security.md)."""
 SEND_REFUSED = "send-refused"
 MESSAGE_TOO_LARGE = "message-too-large"
 LOCK_HELD = "lock-held"
@@ -245,6 +249,10 @@ class Request:
     existing_only: bool = False
     via: str | None = None
     """A member's process ID that multicasts for this daemon in the group (explicit naming, paper 3.3)."""
+    state: bool = False
+    """The client takes part in the group's state transfer (it joins with ``state=True``)."""
+    all: bool = False
+    """``status`` of one group: gather every member's status through the group (``rmp status G --all``)."""
     timeout: float = 5.0
     caller: str = ""
     conn: int = 0
@@ -254,8 +262,8 @@ class Request:
 # op -> (required fields, optional fields)
 OPS: dict[str, tuple[set[str], set[str]]] = {
     "hello": (set(), set()),
-    "status": (set(), set()),
-    "join": ({"group"}, {"ttl", "min_partition", "persist", "existing_only", "via"}),
+    "status": (set(), {"group", "all", "timeout"}),
+    "join": ({"group"}, {"ttl", "min_partition", "persist", "existing_only", "via", "state"}),
     "leave": ({"group"}, {"persist"}),
     "send": ({"group", "payload"}, {"qos", "handler"}),
     "send_batch": ({"group", "payloads"}, {"qos", "handler"}),
@@ -267,10 +275,11 @@ OPS: dict[str, tuple[set[str], set[str]]] = {
 }
 
 FIELD_TYPES: dict[str, tuple[type, ...]] = {
-    "group": (str,), "payload": (bytes,), "payloads": (list,), "qos": (str,), "handler": (int, type(None)),
+    "group": (str,), "all": (bool,), "payload": (bytes,), "payloads": (list,), "qos": (str,),
+    "handler": (int, type(None)),
     "lock": (int,), "ttl": (int, type(None)), "min_partition": (int, str, type(None)), "persist": (bool,),
-    "existing_only": (bool,), "via": (str, type(None)), "timeout": (int, float), "caller": (str,), "conn": (int,),
-    "stamp": (int,),
+    "existing_only": (bool,), "via": (str, type(None)), "state": (bool,), "timeout": (int, float),
+    "caller": (str,), "conn": (int,), "stamp": (int,),
 }
 
 

@@ -112,18 +112,20 @@ class Client:
             except ValueError as exc:
                 raise RmpdError(localapi.BAD_REQUEST, str(exc)) from None
         group = await self._join_once.run(name, lambda: self._join(name, ttl, min_partition, persist,
-                                                                   existing_only, via))
+                                                                   existing_only, via, state))
         if state:
-            group._ask_state()
+            await group._ask_state()
         return group
 
     async def _join(self, name: str, ttl: int | None, min_partition: int | str | None, persist: bool,
-                    existing_only: bool, via: str | None) -> Group:
+                    existing_only: bool, via: str | None, state: bool) -> Group:
         group = self._groups.get(name)
         if group is not None:
             return group
         group = self._groups[name] = Group(self, name, "", [])
         fields: dict[str, Any] = {"group": name, "persist": persist, "existing_only": existing_only}
+        if state:
+            fields["state"] = True
         if ttl is not None:
             fields["ttl"] = ttl
         if min_partition is not None:
@@ -136,6 +138,7 @@ class Client:
             self._groups.pop(name, None)
             raise
         group.view, group._members = reply["view"], list(reply["members"])
+        group._state_peers = int(reply.get("state_peers", 0))
         return group
 
     async def _learn_limits(self) -> None:

@@ -206,6 +206,9 @@ class Group:
         self._caught_up: Callable[[], None] | None = None
         self._caught_up_at = 0
         self._state: StateTransfer | None = None
+        self._state_peers = 0
+        """Other programs taking part in the state transfer through this backend's process when this one joined
+        (clients of one daemon): with any, the program is not alone with the state, whatever the view."""
         self._looking = False
         """Events are looked at one by one as the program reads them (the client library's own messages were
         delivered, or state transfer is in use); otherwise they are handed over as queued."""
@@ -251,9 +254,9 @@ class Group:
     async def _send_library(self, payload: bytes) -> int:
         return await self._backend._send(self.name, payload, STATE_QOS, LIBRARY_HANDLER)
 
-    def _ask_state(self) -> None:
+    async def _ask_state(self) -> None:
         """Ask for the group's state (the backend joined with ``state=True``): the program's first event."""
-        self._ready.extend(self._transfer().ask(self.view, self._members))
+        self._ready.extend(await self._transfer().ask_first(self.view, self._members, self._state_peers))
 
     def _when_caught_up(self, backlog: int, callback: Callable[[], None]) -> None:
         """Call ``callback`` once, from the reader, when no more than ``backlog`` events are left to read."""

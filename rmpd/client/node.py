@@ -214,7 +214,7 @@ class Node:
             raise RmpdError(BAD_REQUEST, str(exc)) from None
         group = await self._join_once.run(name, lambda: self._join(name, ttl, wanted, existing_only, via))
         if state:
-            group._ask_state()
+            await group._ask_state()
         return group
 
     async def _join(self, name: str, ttl: int | None, min_partition: int, existing_only: bool,

@@ -137,16 +137,37 @@ class StateTransfer:
 
     # Asking
 
+    async def ask_first(self, view: str, members: list[str], peers: int) -> list[Event]:
+        """Ask for the group's state on joining (in ``view``); the events to hand the program now.  Returns once
+        the process accepted the request: what the program sends next is ordered after its cut, so the program
+        sees it delivered, as any message it sends.  ``peers``: other programs of this process that took part in
+        the transfer when this one joined (clients of one daemon), each holding the state as another member
+        would; with none, and no other member, the program starts the state."""
+        request = self._request_for(view, members, peers)
+        if request is None:
+            return [self._arrived(None, None)]
+        await self._send_quietly(request)
+        return []
+
     def ask(self, view: str, members: list[str]) -> list[Event]:
-        """Ask for the group's state (once joined, in ``view``); the events to hand the program now."""
+        """Ask again, in the view the process joined after its membership ended by itself (the request goes out
+        in the background); the events to hand the program now.  Every program of the process rejoins with it,
+        so only the view says whether another holds the state."""
+        request = self._request_for(view, members, 0)
+        if request is None:
+            return [self._arrived(None, None)]
+        self._spawn(lambda: self._send_quietly(request))
+        return []
+
+    def _request_for(self, view: str, members: list[str], peers: int) -> bytes | None:
+        """Start asking: the request to send, or None when nobody else can hold the state."""
         self.wanted, self.complete = True, False
         self.view, self.members = view, tuple(members)
-        if list(members) == [self.me]:
-            return [self._arrived(None, None)]
+        if list(members) == [self.me] and not peers:
+            return None
         rid = secrets.randbits(62)
         self.asking = Asking(rid, deadline=trio.current_time() + self.timeout)
-        self._spawn(lambda: self._send_quietly(encode(REQUEST, self.me, rid)))
-        return []
+        return encode(REQUEST, self.me, rid)
 
     @property
     def waiting(self) -> bool:

@@ -34,6 +34,8 @@ class Session:
         self.stream = stream
         self._tx, self._rx = trio.open_memory_channel[bytes](queue_size)
         self.groups: set[str] = set()
+        self.state_groups: set[str] = set()
+        """Groups this client joined taking part in their state transfer (``state``): counted by later joiners."""
         self.closed = False
         self.cut_reason: dict[str, Any] | None = None
         self.scope = trio.CancelScope()

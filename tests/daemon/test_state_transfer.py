@@ -6,6 +6,9 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import itertools
+import os
+import subprocess
+import sys
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -97,11 +100,13 @@ class Member:
 
 
 async def start_member(nursery: trio.Nursery, start_daemon: Callable[[], Daemon] | None, name: str, *,
-                       blob: bool = False, settled: bool = True, batched: bool = False) -> tuple[Replica, Member]:
-    """A program in the group, on an embedded node or on a daemon of its own, with a replica that asked for the
-    state and provides it (``start_daemon`` None: on a node); returned once it has its state, or just joined
-    (``settled`` False); ``batched``: it reads with ``Group.batches()``.  ``member.kill()`` crashes its process:
-    the node without a leave, the daemon with SIGKILL."""
+                       blob: bool = False, settled: bool = True, batched: bool = False,
+                       shared: Daemon | None = None) -> tuple[Replica, Member]:
+    """A program in the group, on an embedded node, on a daemon of its own, or connected to the ``shared`` daemon,
+    with a replica that asked for the state and provides it (``start_daemon`` and ``shared`` None: on a node);
+    returned once it has its state, or just joined (``settled`` False); ``batched``: it reads with
+    ``Group.batches()``.  ``member.kill()`` crashes its process: the node without a leave, its own daemon with
+    SIGKILL (a program of a shared daemon closes its connection)."""
     ready = trio.Event()
     member = Member()
     holder: list[Replica] = []
@@ -135,7 +140,14 @@ async def start_member(nursery: trio.Nursery, start_daemon: Callable[[], Daemon]
             async with rmpd.connect(daemon.socket) as client:
                 await serve(client, daemon.pid)
 
-    nursery.start_soon(on_node if start_daemon is None else on_daemon)
+    async def on_shared() -> None:
+        assert shared is not None
+        with trio.CancelScope() as scope, contextlib.suppress(rmpd.RmpdError):
+            member.kill = scope.cancel
+            async with rmpd.connect(shared.socket) as client:
+                await serve(client, shared.pid)
+
+    nursery.start_soon(on_shared if shared is not None else on_node if start_daemon is None else on_daemon)
     await ready.wait()
     return holder[0], member
 
@@ -287,4 +299,112 @@ async def test_the_replicated_dictionary_of_the_docs_gives_a_joiner_the_keys_set
             await writer.send(msgpack.packb(["last", "after"]))
             await wait_until(lambda: new.data.get("last") == "after", 20, lambda: f"{len(new.data)} keys")
             assert new.data == old.data and len(new.data) == 101
+            nursery.cancel_scope.cancel()
+
+
+def operations_example_source(group: str) -> str:
+    """The replicated dictionary of docs/operations.md as a program file, joining ``group`` instead of "kv" (daemons
+    on loopback hear every test run's groups of one name)."""
+    text = (Path(__file__).parents[2] / "docs" / "operations.md").read_text()
+    section = text[text.index("## State transfer"):]
+    code = section[section.index("```python") + len("```python"):]
+    return code[:code.index("```")].replace('client.join("kv"', f"client.join({group!r}")
+
+
+class Program:
+    """A client program run as its own process, its output read line by line."""
+
+    def __init__(self, process: trio.Process) -> None:
+        self.process = process
+        self.lines: list[str] = []
+
+    async def read(self) -> None:
+        assert self.process.stdout is not None
+        buffer = b""
+        async for chunk in self.process.stdout:
+            buffer += chunk
+            *done, buffer = buffer.split(b"\n")
+            self.lines += [line.decode() for line in done]
+
+
+async def run_program(nursery: trio.Nursery, script: Path, daemon: Daemon, *args: str) -> Program:
+    process = await trio.lowlevel.open_process(
+        [sys.executable, "-u", str(script), *args], stdout=subprocess.PIPE,
+        env={**os.environ, "RMPD_SOCKET": str(daemon.socket)})
+    program = Program(process)
+    nursery.start_soon(program.read)
+    return program
+
+
+async def test_the_docs_dictionary_as_programs_on_one_daemon_each_take_the_others_state(
+        daemons, tmp_path) -> None:
+    """The second program attached to a daemon already in the group is not alone: it gets the first one's state,
+    and so does the third, whichever of the two provides it."""
+    name = unique("st-one-daemon")
+    script = tmp_path / "kv.py"
+    script.write_text(operations_example_source(name))
+    daemon = daemons("kv")
+    with trio.fail_after(30):
+        async with trio.open_nursery() as nursery:
+            programs: list[Program] = []
+            try:
+                for index, (key, value) in enumerate([("a", "1"), ("b", "2"), ("c", "3")]):
+                    programs.append(await run_program(nursery, script, daemon, key, value))
+                    # Every program so far prints the new key with every key set so far: a program that started
+                    # from no state would print fewer.
+                    line = f"{key} = {value}  ({index + 1} keys)"
+                    await wait_until(lambda line=line: all(p.lines and p.lines[-1] == line for p in programs), 20,
+                                     lambda line=line: f"expected {line!r} from each: {[p.lines for p in programs]}")
+            finally:
+                for program in programs:
+                    program.process.kill()
+            nursery.cancel_scope.cancel()
+
+
+async def test_three_programs_on_one_daemon_and_two_on_another_end_equal_under_full_rate_writes(
+        daemons, tmp_path) -> None:
+    """Each program (a connection of its own) is a participant: the ones attached to a daemon already in the group
+    are cut at their own request, with writers on both daemons at full rate meanwhile."""
+    name = unique("st-shared")
+    config = tmp_path / "state.toml"
+    config.write_text(DAEMON_CONFIG)
+    first, second = daemons("s1", config=config), daemons("s2", config=config)
+    with trio.fail_after(60):
+        async with trio.open_nursery() as nursery:
+            written: dict[str, int] = {}
+            stop, flushed = trio.Event(), trio.Semaphore(0)
+            writers = 0
+
+            async def writing(writer: str, replica: Replica) -> None:
+                with contextlib.suppress(rmpd.RmpdError):
+                    await write(replica.group, writer, stop, written)
+                flushed.release()
+
+            replicas: list[Replica] = []
+            # On s1: the first program starts the state and writes; the next two join while it writes (the second
+            # writes too, once in); then s2 joins with two programs, the first of which writes.
+            for index, (daemon, writes) in enumerate([(first, True), (first, True), (first, False),
+                                                      (second, True), (second, False)]):
+                replica, _ = await start_member(nursery, None, name, batched=index % 2 == 0, shared=daemon)
+                replicas.append(replica)
+                if writes:
+                    writers += 1
+                    nursery.start_soon(writing, f"w{index}", replica)
+                await wait_until(lambda writers=writers: len(written) == writers and all(written.values()), 10,
+                                 lambda: f"writes so far {written}")
+            assert [s.data is None for s in replicas[0].states] == [True]  # alone: it started the state
+            assert all(r.states and r.states[-1].data is not None for r in replicas[1:])
+            going_on = sum(written.values()) + 300  # the writers go on after the last join, then stop
+            await wait_until(lambda: sum(written.values()) >= going_on, 20, lambda: f"writes so far {written}")
+            stop.set()
+            for _ in range(writers):
+                await flushed.acquire()
+            last = {f"{w}-{(count - 1) % 50}": count - 1 for w, count in written.items()}
+            await wait_until(lambda: all(r.data.get(key) == value for r in replicas for key, value in last.items()),
+                             30, lambda: f"last writes {last}; " + "; ".join(
+                                 f"{r.applied} applied, {[r.data.get(key) for key in last]}" for r in replicas))
+            reference = replicas[0].data
+            assert reference["applied"] == sum(written.values())
+            assert all(r.data == reference for r in replicas), [
+                (r.data.get("applied"), len(r.data)) for r in replicas]
             nursery.cancel_scope.cancel()

@@ -14,15 +14,16 @@ they are drained after it, never inside the drain that produced the event.
 
 from __future__ import annotations
 
-from collections import defaultdict, deque
+from collections import Counter, defaultdict, deque
 from collections.abc import Callable, Iterable, MutableMapping
 from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar
 
 import trio
 
-from rmpd.localapi import JOIN_FAILED, LEFT
+from rmpd.localapi import AUTH_REQUIRED, ENCRYPTION_MISMATCH, JOIN_FAILED, LEFT
 from rmpd.protocol.events import JoinFailed, Left, LockResult, Undelivered, ViewInstalled
+from rmpd.protocol.naming import group_address
 from rmpd.protocol.qos import Level, QoS
 from rmpd.protocol.view import View
 
@@ -69,6 +70,11 @@ class Application:
         self.rejoining: dict[str, str] = {}
         """Groups whose membership ended by itself (``Left.rejoining``) and that are not in a view again yet, with
         the reason: a send meanwhile is refused, and the refusal says so."""
+        self.join_refusals: dict[str, str] = {}
+        """Joins ended because their group's traffic cannot be opened here, with the error code their waiters get."""
+        self.unverified_heard: dict[str, Counter[tuple[str, str]]] = {}
+        """Per group with join waiters: datagrams dropped on its address while they wait, by (reason, source)."""
+        loop.refusal_watch = self.refused
 
     # ------------------------------------------------------------------------------------------------------------
     # Joins
@@ -96,6 +102,7 @@ class Application:
         if self.loop.is_member(event.group):
             self.rejoining.pop(event.group, None)
             self.join_options.pop(event.group, None)
+            self.unverified_heard.pop(event.group, None)
             answer = {"view": str(event.view), "members": list(event.members)}
             for reply in self.join_waiters.pop(event.group, []):
                 reply.ok(answer)
@@ -109,8 +116,9 @@ class Application:
             self._rejoin(group)
             return True
         self.join_options.pop(group, None)
-        code = JOIN_FAILED if isinstance(event, JoinFailed) else LEFT
-        message = event.reason + self.auth_hint() if isinstance(event, JoinFailed) else event.reason
+        code = self.join_refusals.pop(group, JOIN_FAILED) if isinstance(event, JoinFailed) else LEFT
+        hint = self.auth_hint(group)
+        message = event.reason + hint if code == JOIN_FAILED else event.reason
         for reply in self.join_waiters.pop(group, []):
             reply.fail(code, message)
         return False
@@ -144,15 +152,42 @@ class Application:
             for reply in self.join_waiters.pop(group, []):
                 reply.fail(JOIN_FAILED, str(exc))
 
-    def auth_hint(self) -> str:
-        """Why a join may have gone unanswered: traffic this process heard but could not verify."""
-        guard = self.loop.guard
-        sources = guard.unverified_sources
-        if not sources:
+    def refused(self, groups: Iterable[str], refusals: Counter[tuple[str, str]]) -> None:
+        """The group key's check dropped ``refusals`` (count per reason and source) on the multicast address of
+        ``groups``.  A join the application waits for learns here that its group speaks in a form this process
+        cannot take.  Sealed datagrams on a process with no key, or datagrams of the other encrypt setting under
+        its own key (verified: only a key holder makes them), mean it never can: the join fails at once with a
+        code naming the setting, instead of founding a second group beside the first.  Other drops (another key,
+        plain or forged datagrams) anyone can send, so they only explain a join that went unanswered."""
+        for group in [g for g in groups if g in self.join_waiters]:
+            if group in self.rejoining or group in self.join_refusals or self.loop.view(group) is not None:
+                continue  # the process rejoins by itself, the join is being cancelled, or a view is in
+            blocking = [(reason, source) for reason, source in refusals if reason in JOIN_BLOCKERS]
+            if not blocking:
+                self.unverified_heard.setdefault(group, Counter()).update(refusals)
+                continue
+            reason, source = blocking[-1]
+            code, message = JOIN_BLOCKERS[reason](group, group_address(group, self.loop.address_range), source,
+                                                  self.loop.guard.encrypt)
+            self.join_refusals[group] = code
+            self.loop.cancel_join(group, message)
+
+    def auth_hint(self, group: str) -> str:
+        """Why a join of ``group`` may have gone unanswered: datagrams on its address, heard while the join waited,
+        that this process could not verify (nothing about traffic of other groups or from before the join)."""
+        heard = self.unverified_heard.pop(group, None)
+        if not heard:
             return ""
-        keyed = "with a different auth key" if guard.keyed else "with an auth key this process lacks"
-        return (f"; this process dropped {sum(sources.values())} datagram(s) it could not verify from "
-                f"{', '.join(sorted(sources)[:3])}: the group is probably keyed {keyed}")
+        sources = sorted({source for _, source in heard})
+        reasons = {reason for reason, _ in heard}
+        if "unknown_key" in reasons:
+            likely = "the group is probably keyed with a different auth key"
+        elif "unsigned" in reasons:
+            likely = "a group without an auth key uses that address, and this process has one"
+        else:
+            likely = "someone sends forged datagrams to that address"
+        return (f"; this process dropped {heard.total()} datagram(s) on the group's address it could not verify "
+                f"from {', '.join(sources[:3])}: {likely}")
 
     # ------------------------------------------------------------------------------------------------------------
     # A reader behind (section 4.6)
@@ -177,6 +212,30 @@ class Application:
                 self.stats["overrun_on" if is_behind else "overrun_off"] += 1
                 self.loop.set_overrun(group, is_behind)
 
+
+
+def _needs_key(group: str, address: tuple[str, int], source: str, encrypt: bool) -> tuple[str, str]:
+    return AUTH_REQUIRED, (
+        f"{group!r} is a keyed group: its address {address[0]}:{address[1]} carries datagrams sealed with an auth key "
+        f"(latest from {source}) and this process has no key; start rmpd with --auth-key FILE (auth_key in its "
+        f"config) naming the group's key file")
+
+
+def _other_encryption(group: str, address: tuple[str, int], source: str, encrypt: bool) -> tuple[str, str]:
+    if encrypt:
+        heard, fix = "signed but not encrypted", "start rmpd with --no-encrypt, or every member with --encrypt"
+    else:
+        heard, fix = "encrypted", "start rmpd with --encrypt (encrypt = true)"
+    return ENCRYPTION_MISMATCH, (
+        f"{group!r} is {heard}: {source} sends on its address {address[0]}:{address[1]} under this process's auth "
+        f"key with the other encrypt setting; every member of a group must have the same one ({fix})")
+
+
+JOIN_BLOCKERS: dict[str, Callable[[str, tuple[str, int], str, bool], tuple[str, str]]] = {
+    "unverifiable": _needs_key, "encryption_mismatch": _other_encryption,
+}
+"""Drops (``DatagramGuard.last_refusal``) that say the group heard cannot be joined from here, whatever else
+happens: the error code and message a join of it fails with."""
 
 
 W = TypeVar("W")

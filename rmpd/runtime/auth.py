@@ -15,6 +15,12 @@ The MAC and encryption keys are derived from the one 32-byte key file with BLAKE
 so one secret serves both without a key being used for two purposes.  A daemon with no key passes plain packets
 through but counts (and reports) sealed traffic it cannot verify: that is how an operator learns that a group on
 this address wants a key this host lacks.
+
+Whether a group encrypts is the group's, not one daemon's: a keyed daemon takes only its own form, so a daemon that
+encrypts drops signed datagrams even under its key, and one that only signs drops encrypted ones.  Daemons with
+different ``encrypt`` settings therefore never hear each other and cannot be members of one view, and an encrypting
+daemon's groups never carry a readable body.  Such a datagram is verified first, so ``encryption_mismatch`` names
+only a holder of the key, never a forger.
 """
 
 from __future__ import annotations
@@ -140,6 +146,15 @@ def unseal(key: GroupKey, datagram: bytes, cipher: Any = None) -> bytes | None:
         return None
 
 
+def mismatch_words(encrypt: bool) -> str:
+    """What a daemon whose setting is ``encrypt`` says of a valid datagram of the other form."""
+    if encrypt:
+        return ("signed but not encrypted under this daemon's key, by a member with encrypt = false; this daemon "
+                "encrypts, and every member of a group must have the same encrypt setting")
+    return ("encrypted under this daemon's key, by a member with encrypt = true (--encrypt); this daemon only "
+            "signs, and every member of a group must have the same encrypt setting")
+
+
 def signed_body(datagram: bytes) -> bytes | None:
     """The packet inside a MAC-signed datagram, unverified (what tcpdump shows without the key); None for any
     other form."""
@@ -169,6 +184,12 @@ class DatagramGuard:
         self.clock = clock
         self.accept_previous_until = clock() + rotation_window
         self.unverified_sources: Counter[str] = Counter()
+        self.mismatched_sources: Counter[str] = Counter()
+        """Key holders heard sending in the other form (``encrypt`` differs from this daemon's), for ``rmp status``."""
+        self.last_refusal: str | None = None
+        """Why ``open`` dropped the datagram it was last given (a counter's suffix, e.g. ``unverifiable``,
+        ``unknown_key``, ``encryption_mismatch``); None when it opened it.  The runtime reads it to tell a join
+        that the group it asks for speaks in a form this daemon cannot take."""
         self._ciphers: dict[bytes, Any] = {}
         self._last_log: dict[str, float] = {}
         self._unlogged: Counter[str] = Counter()
@@ -194,10 +215,12 @@ class DatagramGuard:
         """The packet inside ``datagram``, or None when it must be dropped (counted and, now and then, logged)."""
         tag = datagram[:2]
         sealed = tag in SEALED_TAGS
+        self.last_refusal = None
         if self.key is None:
             if sealed:
+                self.last_refusal = "unverifiable"
                 self.stats["auth_unverifiable"] += 1
-                self._remember(source)
+                self._remember(self.unverified_sources, source)
                 self._warn("unverifiable", f"sealed datagrams on {where} (latest from {source}) that this daemon "
                            "cannot verify: the group there uses an auth key and this daemon has none")
                 return None
@@ -211,6 +234,8 @@ class DatagramGuard:
         if opened is None:
             return self._reject("bad_mac", source, where,
                                 "with a wrong MAC" if tag == MAC_TAG else "that fail decryption")
+        if (tag == AEAD_TAG) != self.encrypt:
+            return self._reject("encryption_mismatch", source, where, mismatch_words(self.encrypt))
         self.stats["auth_verified"] += 1
         return opened
 
@@ -223,15 +248,18 @@ class DatagramGuard:
         return None
 
     def _reject(self, reason: str, source: str, where: str, what: str) -> None:
+        self.last_refusal = reason
         self.stats["auth_rejected"] += 1
         self.stats[f"auth_rejected_{reason}"] += 1
-        self._remember(source)
+        self._remember(self.mismatched_sources if reason == "encryption_mismatch" else self.unverified_sources,
+                       source)
         self._warn(reason, f"dropped datagrams on {where} {what} (latest from {source})")
         return None
 
-    def _remember(self, source: str) -> None:
-        if source in self.unverified_sources or len(self.unverified_sources) < MAX_SOURCES:
-            self.unverified_sources[source] += 1
+    @staticmethod
+    def _remember(sources: Counter[str], source: str) -> None:
+        if source in sources or len(sources) < MAX_SOURCES:
+            sources[source] += 1
 
     def _warn(self, reason: str, message: str) -> None:
         self._unlogged[reason] += 1
@@ -252,4 +280,5 @@ class DatagramGuard:
         return {"keyed": self.keyed, "encrypt": self.encrypt,
                 "key_id": self.key.kid.hex() if self.key else None,
                 "previous_key_id": self.previous.kid.hex() if self.previous else None,
-                "unverified_sources": dict(self.unverified_sources.most_common(8))}
+                "unverified_sources": dict(self.unverified_sources.most_common(8)),
+                "mismatched_sources": dict(self.mismatched_sources.most_common(8))}

@@ -129,6 +129,12 @@ class ProcessLoop:
         """A step is under way: a request drains with it instead of draining inside it."""
         self._requested = False
         """A request came in while the application handled a drain's events: the step drains once more."""
+        self.refusal_watch: Callable[[set[str], Counter[tuple[str, str]]], None] | None = None
+        """Told, after each batch read from a group's multicast socket, what the group key's check dropped there:
+        (the socket's groups, count per (reason, source)).  A join learns from it that its group speaks in a form
+        this process cannot take (``Application.refused``)."""
+        self._cancelled_joins: dict[str, str] = {}
+        """Joins ended by ``cancel_join``, with the reason their JoinFailed must carry."""
 
     # ------------------------------------------------------------------------------------------------------------
     # Running
@@ -150,12 +156,13 @@ class ProcessLoop:
             if self.journal is not None:
                 self.journal.close()
 
-    async def _receive_loop(self, sock: socket.socket, kind: str) -> None:
+    async def _receive_loop(self, sock: socket.socket, kind: str, listener: Listener | None = None) -> None:
         where = "{}:{}".format(*sock.getsockname()[:2])
         own = (self.ip, self.port)
         counter = f"datagrams_received_{kind}"
         stats, guard, process = self.stats, self.guard, self.process
         by_type = self.metrics.datagrams_in
+        refused: Counter[tuple[str, str]] = Counter()
         while True:
             await trio.lowlevel.wait_readable(sock)
             now = trio.current_time()
@@ -186,6 +193,12 @@ class ProcessLoop:
                     if len(packet) > 3:
                         by_type[packet[3]] += 1
                     process.receive_datagram(packet, source, now)
+                elif listener is not None:
+                    refused[guard.last_refusal or "", source] += 1
+            if refused:
+                if self.refusal_watch is not None and listener is not None:
+                    self.refusal_watch(listener.groups, refused)
+                refused = Counter()
             self.step()
             if sock.fileno() == -1:  # the drain left the last group on this socket and closed it
                 return
@@ -227,6 +240,13 @@ class ProcessLoop:
     def leave(self, group: str) -> None:
         self.process.leave(group, trio.current_time())
         self._taken()
+
+    def cancel_join(self, group: str, reason: str) -> None:
+        """End a join under way as a leave would, its JoinFailed saying ``reason``: the shell learned what the
+        process cannot (the group's traffic cannot be opened here), so waiting out the join would only found a
+        second group beside it."""
+        self._cancelled_joins[group] = reason
+        self.leave(group)
 
     def send(self, group: str, payload: bytes, qos: QoS, handler: int | None = None) -> int | None:
         now = trio.current_time()
@@ -378,6 +398,10 @@ class ProcessLoop:
                 if view is not None:
                     self.group_ttl[event.group] = max(view.ttl, self.asked_ttl.get(event.group, self.default_ttl))
             elif isinstance(event, ENDED) and not (isinstance(event, Left) and event.rejoining):
+                if self._cancelled_joins and isinstance(event, JoinFailed):
+                    reason = self._cancelled_joins.pop(event.group, None)
+                    if reason is not None:
+                        events[events.index(event)] = JoinFailed(event.group, reason)
                 self._unlisten(event.group)  # a process that rejoins by itself listens for its group meanwhile
         if out.persist is not None:
             self._persist(out.persist)
@@ -453,7 +477,7 @@ class ProcessLoop:
 
     async def _listen_loop(self, listener: Listener) -> None:
         with listener.scope, contextlib.suppress(trio.ClosedResourceError):
-            await self._receive_loop(listener.sock, "multicast")
+            await self._receive_loop(listener.sock, "multicast", listener)
 
     def _forward(self, data: bytes, source: str) -> bytes | None:
         """A datagram with the forwarding flag: multicast it for its sender when this process is a member of its

@@ -14,10 +14,12 @@ import pytest
 
 from rmpd.protocol.ids import ViewId
 from rmpd.protocol.naming import group_address
-from rmpd.protocol.packets import Data, encode
+from rmpd.protocol.packets import Data, ListChangeRequest, decode, encode
 from rmpd.protocol.qos import QoS
+from rmpd.runtime.auth import signed_body
+from rmpd.runtime.sockets import open_multicast
 
-from .harness import RMP, RMPD, Daemon, wait_for
+from .harness import RMP, RMPD, Daemon, unique, wait_for
 from .test_loopback_group import start_listener
 
 
@@ -59,23 +61,35 @@ class Chatter:
         self.thread.join(30)
 
 
-@pytest.mark.parametrize("outsider_key", ["none", "another"])
-def test_a_daemon_without_the_group_key_cannot_enter(daemons, tmp_path: Path, outsider_key: str) -> None:
+def patient_join(tmp_path: Path) -> Path:
+    """A join lasting about 3 s (not the suite's 0.7 s), so a group's traffic surely reaches the joiner."""
+    patient = tmp_path / "patient-join.toml"
+    patient.write_text("[timers]\nrequest_interval = 0.2\njoin_retries = 4\n")
+    return patient
+
+
+def one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+@pytest.mark.parametrize(("outsider_key", "existing"), [("none", False), ("none", True), ("another", True)])
+def test_a_daemon_without_the_group_key_cannot_enter(daemons, tmp_path: Path, outsider_key: str,
+                                                     existing: bool) -> None:
     ds = keyed_group(daemons, keygen(tmp_path / "group.key"), "secure")
     view = ds[0].status()["groups"][0]["view"]
     extra = ["--auth-key", str(keygen(tmp_path / "other.key"))] if outsider_key == "another" else []
-    # The outsider's join lasts about 3 s (not the suite's 0.7 s), so the chatter's traffic (ten messages and three
-    # Alives a second) surely reaches it.
-    patient = tmp_path / "patient-join.toml"
-    patient.write_text("[timers]\nrequest_interval = 0.2\njoin_retries = 4\n")
-    outsider = daemons("outsider", extra=extra, config=patient)
+    outsider = daemons("outsider", extra=extra, config=patient_join(tmp_path))
     with Chatter(ds[0], "secure"):
         started = time.monotonic()
-        result = outsider.rmp("join", "secure", "--existing", check=False, timeout=60)
+        result = outsider.rmp("join", "secure", *(["--existing"] if existing else []), check=False, timeout=60)
         elapsed = time.monotonic() - started
     assert result.returncode != 0
     assert elapsed < 30
-    assert "join-failed" in result.stderr and "could not verify" in result.stderr, result.stderr
+    said = one_line(result.stderr)
+    if outsider_key == "none":  # it hears sealed datagrams it cannot open: the group is keyed, whatever it asked
+        assert "auth-required" in said and "--auth-key" in said and "has no key" in said, said
+    else:
+        assert "join-failed" in said and "could not verify" in said, said
     assert all(len(d.members("secure")) == 3 and d.status()["groups"][0]["view"] == view for d in ds)
     assert outsider.status()["groups"] == []
     seen = outsider.status()
@@ -84,6 +98,12 @@ def test_a_daemon_without_the_group_key_cannot_enter(daemons, tmp_path: Path, ou
     assert seen["counters"][reason] > 0
     dropped = ds[0].counters()  # the outsider's join requests reached the members and were dropped there
     assert dropped.get("auth_rejected_unsigned" if outsider_key == "none" else "auth_rejected_unknown_key", 0) > 0
+    if existing:
+        # A group nobody has is not found, whatever this daemon heard before on other groups' addresses.
+        lonely = outsider.rmp("join", "--existing", unique("lonely"), check=False, timeout=60)
+        said = one_line(lonely.stderr)
+        assert lonely.returncode != 0 and "join-failed" in said and "no member" in said, said
+        assert "key" not in said and "verify" not in said, said
 
 
 def forged_datagrams(view: str, src: str, kid: bytes, count: int) -> list[bytes]:
@@ -155,3 +175,64 @@ async def test_an_encrypting_daemon_and_an_embedded_node_with_the_key_share_a_gr
     status = d.status()
     assert status["auth"]["encrypt"] and status["counters"]["auth_verified"] > 0
     assert status["counters"].get("auth_rejected", 0) == 0
+
+
+def captured(sock: socket.socket) -> list[tuple[bytes, str]]:
+    """Every datagram the capture socket holds, with its sender's process ID."""
+    got = []
+    while True:
+        try:
+            data, addr = sock.recvfrom(65536)
+        except BlockingIOError:
+            return got
+        got.append((data, f"{addr[0]}:{addr[1]}"))
+
+
+def test_mixed_encrypt_settings_form_no_group_and_nothing_goes_out_in_clear(daemons, tmp_path: Path) -> None:
+    """One daemon encrypts, two only sign, all with the same key: the two cannot join the encrypting daemon's group,
+    and what reaches the group's multicast address is sealed; no message body is readable there."""
+    key = keygen(tmp_path / "group.key")
+    group = unique("mixed")
+    capture = open_multicast(*group_address(group), "127.0.0.1")  # what anyone on the LAN sees of the group
+    encrypting = daemons("encrypting", extra=["--auth-key", str(key), "--encrypt"])
+    encrypting.rmp("join", group)
+    signing = [daemons(f"signing{i}", extra=["--auth-key", str(key)], config=patient_join(tmp_path)) for i in (1, 2)]
+    with Chatter(encrypting, group):  # "tick" every 0.1 s from the encrypting member
+        for d in signing:
+            result = d.rmp("join", group, check=False, timeout=60)
+            said = one_line(result.stderr)
+            assert result.returncode != 0
+            assert "encryption-mismatch" in said and "is encrypted" in said and "--encrypt" in said, said
+            assert d.rmp("send", group, "plain words", check=False).returncode != 0
+            assert d.status()["groups"] == []
+    datagrams = captured(capture)
+    capture.close()
+
+    assert encrypting.members(group) == [encrypting.pid]
+    status = encrypting.status()
+    assert status["auth"]["encrypt"]
+    assert set(status["auth"]["mismatched_sources"]) == {d.pid for d in signing}  # their join requests
+    assert status["counters"]["auth_rejected_encryption_mismatch"] > 0
+    from_encrypting = [data for data, src in datagrams if src == encrypting.pid]
+    assert len(from_encrypting) > 10 and all(data[:2] == b"RE" for data in from_encrypting)
+    assert not any(b"tick" in data or b"plain words" in data for data, _ in datagrams)
+    for data, src in datagrams:  # the signing daemons sent only their (signed) join requests
+        if src != encrypting.pid:
+            assert src in {d.pid for d in signing}
+            assert isinstance(decode(signed_body(data)), ListChangeRequest)
+
+
+def test_an_encrypting_daemon_does_not_join_a_group_that_only_signs(daemons, tmp_path: Path) -> None:
+    key = keygen(tmp_path / "group.key")
+    group = unique("signed")
+    signing = daemons("signing", extra=["--auth-key", str(key)])
+    signing.rmp("join", group)
+    encrypting = daemons("encrypting", extra=["--auth-key", str(key), "--encrypt"], config=patient_join(tmp_path))
+    with Chatter(signing, group):
+        result = encrypting.rmp("join", group, check=False, timeout=60)
+    said = one_line(result.stderr)
+    assert result.returncode != 0
+    assert "encryption-mismatch" in said and "signed but not encrypted" in said, said
+    status = encrypting.status()
+    assert status["groups"] == [] and status["auth"]["encrypt"]
+    assert signing.members(group) == [signing.pid]

@@ -36,8 +36,8 @@ class Clock:
 @pytest.mark.parametrize("encrypt", [False, True])
 def test_a_sealed_packet_opens_to_itself_under_the_same_key_only(encrypt: bool) -> None:
     sender = DatagramGuard(KEY, encrypt=encrypt)
-    receiver = DatagramGuard(KEY)
-    stranger = DatagramGuard(OTHER)
+    receiver = DatagramGuard(KEY, encrypt=encrypt)
+    stranger = DatagramGuard(OTHER, encrypt=encrypt)
     sealed = sender.seal(PACKET)
     assert sealed != PACKET
     assert (PACKET in sealed) is not encrypt  # signed bodies stay readable on the wire, encrypted ones do not
@@ -57,6 +57,23 @@ def test_any_changed_byte_is_rejected_and_counted(encrypt: bool, position: int, 
     assert guard.open(bytes(sealed), "10.0.0.1:1", "here") is None
     assert guard.stats["auth_rejected"] == 1
     assert guard.unverified_sources == {"10.0.0.1:1": 1}
+
+
+@pytest.mark.parametrize("encrypt", [False, True])
+def test_a_keyed_daemon_takes_only_its_own_encrypt_setting(encrypt: bool) -> None:
+    receiver = DatagramGuard(KEY, encrypt=encrypt)
+    other_form = DatagramGuard(KEY, encrypt=not encrypt).seal(PACKET)
+    assert receiver.open(other_form, "10.0.0.2:1", "here") is None
+    assert receiver.last_refusal == "encryption_mismatch"
+    assert receiver.stats["auth_rejected_encryption_mismatch"] == receiver.stats["auth_rejected"] == 1
+    assert receiver.describe()["mismatched_sources"] == {"10.0.0.2:1": 1}
+    assert not receiver.unverified_sources
+    forged = bytearray(other_form)
+    forged[-1] ^= 1  # only a key holder's datagram counts as the other setting; a forgery is a bad MAC
+    assert receiver.open(bytes(forged), "10.0.0.3:1", "here") is None
+    assert receiver.last_refusal == "bad_mac"
+    assert receiver.open(DatagramGuard(KEY, encrypt=encrypt).seal(PACKET), "10.0.0.2:1", "here") == PACKET
+    assert receiver.last_refusal is None
 
 
 def test_a_keyed_daemon_drops_plain_packets_and_truncated_ones() -> None:

@@ -12,6 +12,7 @@ from rich.table import Table
 from rich.text import Text
 
 from rmpd.client import Client
+from rmpd.daemon.group_status import DEFAULT_GATHER_TIMEOUT, MAX_GATHER_TIMEOUT
 
 from .client_common import JsonOption, emit_json, run_with_client
 
@@ -32,17 +33,29 @@ RATES = (
 @status_app.command("status")
 def status(
     ctx: typer.Context,
+    group: Annotated[str | None, typer.Argument(help="Show this group only.")] = None,
+    every_member: Annotated[bool, typer.Option(
+        "--all", help="Every member's status of GROUP, gathered through the group.")] = False,
+    timeout: Annotated[float, typer.Option(
+        min=0.1, max=MAX_GATHER_TIMEOUT, help="With --all: seconds to wait for the members' answers.")]
+    = DEFAULT_GATHER_TIMEOUT,
     json_out: Annotated[bool, JsonOption] = False,
     watch: Annotated[bool, typer.Option("--watch", help="Keep showing groups, members and rates; Ctrl-C ends.")]
     = False,
     interval: Annotated[float, typer.Option(min=0.1, help="Seconds between refreshes with --watch.")] = 1.0,
     count: Annotated[int, typer.Option(min=0, help="With --watch: stop after this many refreshes (0: never).")] = 0,
 ) -> None:
-    """Show the daemon's process ID, groups, clients and counters."""
+    """Show the daemon's process ID, groups, clients and counters (with --all, every member's status of GROUP)."""
+    if every_member:
+        if group is None:
+            raise typer.BadParameter("--all needs a GROUP", param_hint="--all")
+        _every_member(ctx, group, timeout, json_out)
+        return
     if watch:
         _watch(ctx, interval, count)
         return
-    reply = run_with_client(ctx, lambda client: client.status())
+    fields = {} if group is None else {"group": group}
+    reply = run_with_client(ctx, lambda client: client.request("status", **fields))
     reply.pop("id", None)
     reply.pop("ok", None)
     if json_out:
@@ -61,7 +74,7 @@ def status(
     for g in reply["groups"]:
         console.print(_group_block(g))
     if not reply["groups"]:
-        console.print("in no group")
+        console.print("in no group" if group is None else f"not in {group}", highlight=False)
     counters = Table(title="counters")
     counters.add_column("counter")
     counters.add_column("value", justify="right")
@@ -77,16 +90,92 @@ def _group_block(g: dict) -> Table:
     block.add_column(style="bold", no_wrap=True)
     block.add_column(overflow="fold")
     block.add_row("group", g["group"])
+    if g.get("address"):
+        block.add_row("address", g["address"])
     block.add_row("view", g["view"] or "(joining)")
+    if g.get("quorum"):
+        block.add_row("quorum", _quorum(g["quorum"]))
     block.add_row(f"members ({len(g['members'])})", "\n".join(g["members"]) or "-")
     if g.get("min_partition") is not None:
         block.add_row("min partition", str(g["min_partition"]))
-    block.add_row("local clients", f"{g['clients']}, {'persistent' if g['persistent'] else 'not persistent'}")
+    block.add_row("local clients", f"{g['clients']}, {'persistent' if g['persistent'] else 'not persistent'}"
+                  + "".join(f"\n{_client(c)}" for c in g.get("local_clients", ())))
     block.add_row("locks held", ", ".join(map(str, g["locks"])) or "-")
     if g.get("scmp"):
         block.add_row("calls (SCMP)", _scmp(g["scmp"]))
     block.add_row("", "")
     return block
+
+
+QUORUM_WORDS = {
+    "operational": "quorate",
+    "reforming": "quorate, reforming (nothing delivered until the next view)",
+    "below-minimum": "NOT QUORATE: the reformation found {members} member(s), the minimum partition needs {needed}",
+    "blocked": "BLOCKED below the minimum partition: {members} member(s) of the last view asking, {needed} needed",
+    "rejoining": "not in a view: rejoining",
+    "joining": "not in a view yet: joining",
+    "leaving": "leaving",
+}
+"""``rmp status``'s words for each quorum state (rmpd.protocol.quorum)."""
+
+
+def _quorum(quorum: dict) -> Text:
+    """A group's quorum in words: quorate (and how many of its members a next view needs), or why not."""
+    words = QUORUM_WORDS.get(str(quorum.get("state")), str(quorum.get("state")))
+    text = words.format(members=quorum.get("members"), needed=quorum.get("needed"))
+    if quorum.get("state") in ("operational", "reforming"):
+        text += f"; a next view needs {quorum.get('needed')} of its {quorum.get('members')}"
+    return Text(text, style="" if quorum.get("quorate") else "bold red")
+
+
+def _client(client: dict) -> str:
+    """One local client: its connection number, process ID and user (as the client socket reported them)."""
+    pid = "?" if client.get("pid") is None else client["pid"]
+    uid = "?" if client.get("uid") is None else client["uid"]
+    return f"client {client.get('client')}: pid {pid}, uid {uid}"
+
+
+def _every_member(ctx: typer.Context, group: str, timeout: float, json_out: bool) -> None:
+    """``rmp status G --all``: one row per member of the daemon's view of G, as each member answered through the
+    group; a member that did not answer within ``timeout`` says so, and the command exits 1."""
+    reply = run_with_client(ctx, lambda client: client.request("status", group=group, all=True,
+                                                               timeout=float(timeout)))
+    reply.pop("id", None)
+    reply.pop("ok", None)
+    if json_out:
+        emit_json(reply)
+    else:
+        Console().print(_members_table(reply))
+    if reply["answered"] < reply["asked"]:
+        raise typer.Exit(1)
+
+
+def _members_table(reply: dict) -> Table:
+    table = Table(title=f"{reply['group']}: {reply['answered']} of {reply['asked']} member(s) answered",
+                  box=None, pad_edge=False)
+    for column in ("member", "quorum", "view", "members", "clients", "delivered"):
+        table.add_column(column, overflow="fold", justify="right" if column == "delivered" else "left")
+    for row in reply["members"]:
+        if not row.get("answered"):
+            table.add_row(str(row["pid"]), Text("no answer", style="bold red"), "", "", "", "")
+            continue
+        if row.get("error"):
+            table.add_row(str(row["pid"]), Text(str(row["error"]), style="bold red"), "", "", "", "")
+            continue
+        quorum = row.get("quorum") if isinstance(row.get("quorum"), dict) else {}
+        state = str(quorum.get("state", "?"))
+        members = row.get("members") if isinstance(row.get("members"), list) else []
+        clients = row.get("local_clients") if isinstance(row.get("local_clients"), list) else []
+        counters = row.get("counters") if isinstance(row.get("counters"), dict) else {}
+        table.add_row(
+            str(row["pid"]),
+            Text(state, style="" if quorum.get("quorate") else "bold red"),
+            str(row.get("view") or "-"),
+            str(len(members)),
+            "\n".join(_client(c) for c in clients if isinstance(c, dict)) or str(row.get("clients", 0)),
+            str(counters.get("delivered", "?")),
+        )
+    return table
 
 
 def _scmp(scmp: dict) -> str:

@@ -203,7 +203,9 @@ class GroupEngine:
             departed=self.departed, finished=self.departure.finished, reforming=self.frozen, next_seq=sender.next_seq,
             send_queue=len(sender.send_queue), in_flight=len(sender.outstanding), window=sender.window.window,
             orderingq_slots=len(q.slots), ack_slots=q.ack_slots, packets_held=len(self.ordering.data),
-            started_at=self.started_at, describe_scmp=self.scmp_status, token_rotations=self._token_rotations,
+            started_at=self.started_at, needed=self.reformation.minimum_partition(),
+            below_minimum=self.reformation.minority_found if self.frozen else None,
+            describe_scmp=self.scmp_status, token_rotations=self._token_rotations, counters=self.stats.copy,
         )
 
     def _token_rotations(self) -> tuple[list[int], float, int]:

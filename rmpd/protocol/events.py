@@ -160,5 +160,26 @@ class CallAnswered:
     reason: str = ""
 
 
+@dataclass(frozen=True, slots=True)
+class StatusAsked:
+    """``asker`` (this process itself, or another that sent a Status Query) asks for this process's status of
+    ``group``: answer with ``answer_status(asker, group, query, report)``, or not at all."""
+
+    group: str
+    asker: ProcessId
+    query: int
+
+
+@dataclass(frozen=True, slots=True)
+class StatusGathered:
+    """The end of this process's ``ask_status``: every member asked answered, or the timeout passed.  ``reports``
+    holds the answers by member, in ``members`` order; a member missing from it did not answer in time."""
+
+    group: str
+    query: int
+    members: tuple[ProcessId, ...]
+    reports: tuple[tuple[ProcessId, bytes], ...]
+
+
 Event = (Delivered | ViewInstalled | SendRefused | LockResult | Left | Undelivered | JoinFailed | CallRequest
-         | CallAnswered)
+         | CallAnswered | StatusAsked | StatusGathered)

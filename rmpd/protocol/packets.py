@@ -1,4 +1,5 @@
-"""The twelve RMP packet types (RMP paper, figure 4.1), plus Alive, and their wire codec.
+"""The twelve RMP packet types (RMP paper, figure 4.1), plus Alive and the status query and report, and their
+wire codec.
 
 Wire format: a 4-byte header ``b"RM"``, a version byte and a packet-type byte, then one msgpack array holding the
 packet's fields in declaration order.  Every packet names the membership view it belongs to (packets that can be
@@ -51,6 +52,8 @@ class PacketType(IntEnum):
     NON_MEMBER_DATA = 11
     NON_MEMBER_ACK = 12
     ALIVE = 13
+    STATUS_QUERY = 14
+    STATUS_REPORT = 15
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -188,15 +191,17 @@ def _locks_dec(v: Any) -> tuple[tuple[int, ProcessId], ...]:
 
 def _body_dec(v: Any) -> Body:
     """One message (bytes), a packed list of at least two, a fragment [first, more, chunk], or a relayed
-    non-member call ["nm", caller, conn, stamp, flags, clock, payload]."""
+    non-member call ["nm", caller, conn, stamp, flags, clock, payload, verdict]."""
     if type(v) is bytes:
         return v
     items = _list(v)
     if items and items[0] == RELAYED_TAG:
-        if len(items) != 7:
-            raise _fail("a relayed call is [tag, caller, conn, stamp, flags, clock, payload]")
+        if len(items) != 8:
+            raise _fail("a relayed call is [tag, caller, conn, stamp, flags, clock, payload, verdict]")
+        if items[7] not in RELAYED_VERDICTS:
+            raise _fail("unknown verdict on a relayed call")
         return Relayed(RELAYED_TAG, _pid(items[1]), _uint(items[2]), _uint(items[3]), _uint(items[4]),
-                       _uint(items[5]), _bytes(items[6]))
+                       _uint(items[5]), _bytes(items[6]), items[7])
     if items and type(items[0]) is bool:
         if len(items) != 3:
             raise _fail("a fragment is [first, more, chunk]")
@@ -274,8 +279,9 @@ class Fragment(NamedTuple):
 class Relayed(NamedTuple):
     """A non-member's call carried into the total order by the member that relays it (section 4.5).
 
-    ``clock`` is the relaying member's clock in ms when it relayed: every member sees the same value at the same
-    place in the order, so every member's SCMP filter decides the same (docs/protocol.md).
+    ``clock`` is the relaying member's clock in ms when it relayed; ``verdict`` its SCMP filter's verdict on the
+    call (one of RELAYED_VERDICTS), which every member follows, so the members' verdicts are one (docs/protocol.md,
+    "Non-members and SCMP").
     """
 
     tag: str
@@ -285,9 +291,13 @@ class Relayed(NamedTuple):
     flags: int
     clock: int
     payload: bytes
+    verdict: str = "new"
 
 
 RELAYED_TAG = "nm"
+
+RELAYED_VERDICTS = ("new", "duplicate", "summary-rejected", "too-early")
+"""The SCMP verdicts a relayed call may carry (``rmpd.scmp.filter.Verdict`` values)."""
 
 Body = bytes | tuple[bytes, ...] | Fragment | Relayed
 
@@ -519,7 +529,8 @@ class NonMemberData(Packet):
     ``conn`` and ``stamp`` are the SCMP message identity (docs/protocol.md, "Non-members and SCMP"): a connection
     number the sender picks (one per outstanding call) and the sender's clock in ms, strictly increasing on each
     connection; every copy and retransmission of one call carries the same pair.  ``flags``: bit 0 acknowledge on
-    delivery, bit 1 repeat the reply to every duplicate.  ``handler``: the handler lock whose holder answers.
+    delivery, bit 1 repeat the reply to every duplicate, bit 2 a probe (FLAG_PROBE).  ``handler``: the handler
+    lock whose holder answers.
     """
 
     group: str
@@ -536,6 +547,8 @@ class NonMemberData(Packet):
 
     FLAG_ACK: ClassVar[int] = 1
     FLAG_REPEAT_REPLY: ClassVar[int] = 2
+    FLAG_PROBE: ClassVar[int] = 4
+    """Not a call: asks the group whether it can take calls, and from which stamp on (answered READY)."""
 
 
 class CallStatus(IntEnum):
@@ -558,6 +571,10 @@ class CallStatus(IntEnum):
     """To a joiner, about its List Change Request ``stamp`` (the request ID; ``conn`` is 0): the SCMP filter for
     join requests refused it (stamped at or below the group's join floor, or too far ahead of the token site's
     clock).  The group exists: ask again under a new request ID, and do not give up and form a group meanwhile."""
+    READY = 7
+    """The answer to a probe (a Non Member Data with FLAG_PROBE, never run): the group exists, someone holds the
+    handler, and it accepts calls stamped after the floor in ``reply`` (decimal ms): the caller stamps its call
+    afresh above it."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -575,11 +592,37 @@ class NonMemberAck(Packet):
     KINDS: ClassVar[tuple[str, ...]] = ("view", "pid", "uint", "uint", "status", "opt_bytes")
 
 
+@dataclass(frozen=True, slots=True)
+class StatusQuery(Packet):
+    """A member asks another for its status of ``group`` (``rmp status G --all``; not one of the paper's types):
+    outside the order, answered by a Status Report to the datagram's source (docs/protocol.md, "Status of every
+    member")."""
+
+    group: str
+    src: ProcessId
+    query: int
+    TYPE: ClassVar[PacketType] = PacketType.STATUS_QUERY
+    KINDS: ClassVar[tuple[str, ...]] = ("str", "pid", "uint")
+
+
+@dataclass(frozen=True, slots=True)
+class StatusReport(Packet):
+    """The answer to Status Query ``query``: ``report`` is the answering application's snapshot of ``group``
+    (the daemon's: a msgpack map), opaque to the protocol."""
+
+    group: str
+    src: ProcessId
+    query: int
+    report: bytes
+    TYPE: ClassVar[PacketType] = PacketType.STATUS_REPORT
+    KINDS: ClassVar[tuple[str, ...]] = ("str", "pid", "uint", "bytes")
+
+
 PACKET_CLASSES: dict[PacketType, type[Packet]] = {
     cls.TYPE: cls
     for cls in (
         Data, Ack, Confirm, Nack, NewList, ListChangeRequest, RecoveryStart, RecoveryVote,
-        RecoveryAckNewList, RecoveryAbort, NonMemberData, NonMemberAck, Alive,
+        RecoveryAckNewList, RecoveryAbort, NonMemberData, NonMemberAck, Alive, StatusQuery, StatusReport,
     )
 }
 

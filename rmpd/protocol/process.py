@@ -48,11 +48,15 @@ from .packets import (
     RecoveryAckNewList,
     RecoveryStart,
     RecoveryVote,
+    StatusQuery,
+    StatusReport,
     decode,
     encode,
 )
 from .qos import QoS
+from .quorum import BELOW_MINIMUM, BLOCKED, JOINING, LEAVING, OPERATIONAL, REFORMING, REJOINING, Quorum
 from .status import GroupStatus
+from .statusquery import StatusQueries
 from .view import View
 
 
@@ -156,6 +160,8 @@ class RmpProcess:
         of them admits this process, whichever attempt (a rejoin makes one after another) is running now."""
         self.stats: Counter[str] = Counter()
         self._out = OutputLists()
+        self.status_queries = StatusQueries(pid, self._out, self.stats)
+        """``rmp status G --all``: queries asked here, and the rate of answering others' (outside the order)."""
 
     # ------------------------------------------------------------------------------------------------------------
     # Application requests
@@ -296,6 +302,45 @@ class RmpProcess:
         engine = self.engines.get(group)
         return None if engine is None else engine.status()
 
+    def quorum(self, group: str, now: float) -> Quorum | None:
+        """Whether ``group`` goes on here (``rmpd.protocol.quorum``), or None when this process is not in it, not
+        joining it and not waiting to rejoin it."""
+        engine = self.engines.get(group)
+        if engine is not None:
+            status = engine.status()
+            if status.leaving or status.departed:
+                return Quorum(LEAVING, status.view.size, status.needed)
+            if status.below_minimum is not None:
+                return Quorum(BELOW_MINIMUM, status.below_minimum, status.needed)
+            return Quorum(REFORMING if status.reforming else OPERATIONAL, status.view.size, status.needed)
+        wish = self.rejoin_wishes.get(group)
+        if wish is not None:
+            recent = now - 2 * self.config.rto_max  # as _unanswered_rejoin counts those asking
+            asking = {pid for pid, at in wish.wishers.items() if at >= recent} | {self.pid}
+            heard = wish.group_heard or self._heard_lately(self._group_heard_at, group, now)
+            return Quorum(REJOINING if heard or len(asking) >= wish.needed else BLOCKED, len(asking), wish.needed)
+        if group in self.joining:
+            return Quorum(JOINING, 0, 0)
+        return None
+
+    def ask_status(self, group: str, now: float, timeout: float) -> int:
+        """Ask every member of this process's view of ``group`` (of its last view while it waits to rejoin) for
+        its status: ``StatusAsked`` events at each, then one ``StatusGathered`` here with the answers, within
+        ``timeout``.  Returns the query's number.  NotMember when this process has no view of the group to ask."""
+        engine = self.engines.get(group)
+        wish = self.rejoin_wishes.get(group)
+        if engine is not None:
+            members = engine.views.app.members
+        elif wish is not None:
+            members = wish.last_view
+        else:
+            raise NotMember(f"not a member of {group!r}")
+        return self.status_queries.ask(group, members, now, timeout)
+
+    def answer_status(self, asker: ProcessId, group: str, query: int, report: bytes) -> None:
+        """Answer a ``StatusAsked`` with the application's snapshot ``report``."""
+        self.status_queries.answer(asker, group, query, report)
+
     def send_backlog(self, group: str) -> int:
         """Packets of ``group`` accepted and not yet sent (0 when not a member): cheap, for back-pressure."""
         engine = self.engines.get(group)
@@ -316,7 +361,7 @@ class RmpProcess:
     def quiet(self) -> bool:
         """Nothing to do until new input but say this process is alive: no join or rejoin under way, no call
         waiting, and every group quiet (``GroupEngine.quiet``)."""
-        if self.joining or self.rejoin_wishes or self.caller.get_timer() is not None:
+        if self.joining or self.rejoin_wishes or self.caller.get_timer() is not None or self.status_queries.asked:
             return False
         return all(engine.quiet for engine in self.engines.values())
 
@@ -338,7 +383,16 @@ class RmpProcess:
         except DecodeError:
             self.stats["malformed"] += 1
             return
-        self.receive_packet(packet, now)
+        if type(packet) is StatusQuery:
+            self.status_queries.received_query(packet, addr or packet.src, self._answers_for(packet.group), now)
+        elif type(packet) is StatusReport:
+            self.status_queries.received_report(packet, addr or packet.src)
+        else:
+            self.receive_packet(packet, now)
+
+    def _answers_for(self, group: str) -> bool:
+        """Whether this process answers a Status Query of ``group``: it is in it, or waits to rejoin it."""
+        return group in self.engines or group in self.rejoin_wishes
 
     def receive_packet(self, packet: Packet, now: float) -> None:
         """Route a packet: by its type to the process's own handlers, else to the group whose view it names."""
@@ -358,7 +412,7 @@ class RmpProcess:
                     engine.reply_acked(ack)
                     break
         else:
-            self.caller.receive(ack, now)
+            self.caller.receive(ack, now, self.wall_ms(now))
 
     def _on_new_list(self, nl: NewList, now: float) -> None:
         if nl.request_src == self.pid and nl.group in self.joining:
@@ -488,6 +542,7 @@ class RmpProcess:
         if refresh is not None and now >= refresh:
             self._persist_wanted = self.wall_ms(now) + self.scmp.persist_ahead_ms
         self.caller.handle_timer(now)
+        self.status_queries.handle_timer(now)
         for engine in list(self.engines.values()):
             deadline = engine.get_timer()
             if deadline is not None and deadline <= now:
@@ -499,7 +554,8 @@ class RmpProcess:
         deadlines += [w.not_before for g, w in self.rejoin_wishes.items() if g not in self.joining
                       and g not in self.engines]
         deadlines += [d for d in (e.get_timer() for e in self.engines.values()) if d is not None]
-        deadlines += [d for d in (self.caller.get_timer(), self._latest_refresh_at()) if d is not None]
+        deadlines += [d for d in (self.caller.get_timer(), self._latest_refresh_at(), self.status_queries.get_timer())
+                      if d is not None]
         return min(deadlines) if deadlines else None
 
     # ------------------------------------------------------------------------------------------------------------

@@ -144,6 +144,8 @@ class Reformation:
         self.initiation: Initiation | None = None
         self.restart_deadline: float | None = None
         self.minority_attempts = 0
+        self.minority_found: int | None = None
+        """The members the last proposal found when it fell below the minimum partition; None once one did not."""
         self.failed_reformations = 0
 
     @property
@@ -268,11 +270,13 @@ class Reformation:
         if len(synced) < needed:
             self._abort_initiation(now, f"partition of {len(synced)} is below the minimum of {needed}")
             self.minority_attempts += 1
+            self.minority_found = len(synced)
             if self.minority_attempts >= self.config.minority_attempts:
                 self.stats["minority_stops"] += 1
                 self._stop(now, f"partition of {len(synced)} below the minimum of {needed}")
             return
         self.minority_attempts = 0
+        self.minority_found = None
         self.failed_reformations = 0
         view_id = self.view_counter.next_view_id(now)
         if view_id is None:

@@ -39,11 +39,17 @@ class GroupStatus:
     """Data packets held (ordered and not yet stable, or not yet ordered)."""
     started_at: float
     """The ``now`` at which this membership began."""
+    needed: int
+    """Members of the view a next view must keep (its minimum partition at its size)."""
+    below_minimum: int | None
+    """While a reformation runs: the members its last proposal found when that fell below ``needed``; else None."""
     describe_scmp: Callable[[], dict[str, Any]] = field(repr=False, compare=False)
     token_rotations: Callable[[], tuple[list[int], float, int]] = field(repr=False, compare=False,
                                                                          default=lambda: ([], 0.0, 0))
     """Token rotation times here: (per-bucket counts for ``token.ROTATION_BOUNDS`` and above, their sum in seconds,
     their number), read when asked for."""
+    counters: Callable[[], dict[str, int]] = field(repr=False, compare=False, default=dict)
+    """This membership's own counters (deliveries, retransmissions, ...), read when asked for."""
 
     @property
     def scmp(self) -> dict[str, Any]:

@@ -31,6 +31,7 @@ from rmpd.protocol.multirpc import ScmpSettings
 from rmpd.protocol.naming import DEFAULT_RANGE, group_address
 from rmpd.protocol.process import RmpProcess
 from rmpd.protocol.qos import QoS
+from rmpd.protocol.quorum import Quorum
 from rmpd.protocol.status import GroupStatus
 from rmpd.protocol.view import View
 from rmpd.scmp.latest import LatestStore
@@ -297,6 +298,16 @@ class ProcessLoop:
         self._taken()
         return ok
 
+    def ask_status(self, group: str, timeout: float) -> int:
+        """Ask every member of ``group`` for its status (``RmpProcess.ask_status``); NotMember without a view."""
+        query = self.process.ask_status(group, trio.current_time(), timeout)
+        self._taken()
+        return query
+
+    def answer_status(self, asker: str, group: str, query: int, report: bytes) -> None:
+        self.process.answer_status(asker, group, query, report)
+        self._taken()
+
     def lock(self, group: str, lock: int) -> None:
         self.process.lock(group, lock, trio.current_time())
         self._taken()
@@ -321,6 +332,14 @@ class ProcessLoop:
 
     def status(self, group: str) -> GroupStatus | None:
         return self.process.status(group)
+
+    def quorum(self, group: str) -> Quorum | None:
+        """Whether ``group`` goes on here, as ``rmp status`` shows it (``RmpProcess.quorum``)."""
+        return self.process.quorum(group, trio.current_time())
+
+    def group_address(self, group: str) -> tuple[str, int]:
+        """The multicast address and port ``group`` uses (its name hashed into this process's address range)."""
+        return group_address(group, self.address_range)
 
     def counters(self) -> dict[str, int]:
         """Shell counters plus the process's and every engine's (malformed, other_view, duplicates, ...)."""

@@ -70,8 +70,8 @@ def packet_strategy(cls: type[Packet]) -> st.SearchStrategy[Packet]:
 any_packet = st.one_of([packet_strategy(cls) for cls in PACKET_CLASSES.values()])
 
 
-def test_the_twelve_packet_types_of_the_paper_and_alive_exist() -> None:
-    assert len(PACKET_CLASSES) == 13
+def test_the_twelve_packet_types_of_the_paper_alive_and_the_status_query_and_report_exist() -> None:
+    assert len(PACKET_CLASSES) == 15
 
 
 @given(any_packet)

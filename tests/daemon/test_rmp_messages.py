@@ -14,7 +14,7 @@ import trio
 import rmpd
 from rmpd.protocol.config import EngineConfig
 
-from .harness import RMP, unique, wait_for
+from .harness import RMP, RMPD, unique, wait_for
 from .test_local_api import RawClient, assert_error
 
 
@@ -136,3 +136,12 @@ def test_a_group_name_with_a_control_character_is_refused(daemons) -> None:
     assert cli.returncode == 1 and "bad-request" in cli.stderr and "control characters" in cli.stderr, cli.stderr
     assert client.request({"op": "status", "id": 2})["groups"] == []
     assert d.proc.poll() is None and d.counters()["hub_requests_refused"] >= 3 * len(BAD_NAMES) + 1
+
+
+def test_a_config_group_with_a_control_character_stops_rmpd_at_start(tmp_path: Path) -> None:
+    config = tmp_path / "rmpd.toml"
+    config.write_text('groups = ["two\\nlines"]\n')
+    result = subprocess.run([RMPD, "--config", str(config), "--port", "0", "--socket", str(tmp_path / "d.sock"),
+                             "--state-dir", str(tmp_path / "state")], capture_output=True, text=True, timeout=30)
+    assert result.returncode == 2
+    assert "groups[0]" in result.stderr and "control characters" in result.stderr, result.stderr

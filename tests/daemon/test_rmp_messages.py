@@ -123,10 +123,11 @@ def test_a_group_name_with_a_control_character_is_refused(daemons) -> None:
             assert_error(reply, "bad-request")
             assert "control characters" in reply["message"], reply
 
-    async def library() -> None:
-        async with rmpd.connect(d.socket) as lib:
+    async def library() -> None:  # through the daemon and embedded: refused before anything is asked
+        async with rmpd.connect(d.socket) as lib, rmpd.Node(interface="lo", port=0) as node:
             for name in BAD_NAMES:
-                for attempt in (lambda: lib.join(name), lambda: lib.call(name, b"x", timeout=1)):  # noqa: B023
+                for attempt in (lambda: lib.join(name), lambda: lib.call(name, b"x", timeout=1),  # noqa: B023
+                                lambda: node.join(name), lambda: node.call(name, b"x", timeout=1)):  # noqa: B023
                     with pytest.raises(rmpd.RmpdError) as refused:
                         await attempt()
                     assert refused.value.code == "bad-request" and "control characters" in refused.value.message

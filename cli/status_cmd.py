@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Annotated
 
 import trio
@@ -145,34 +146,38 @@ def _every_member(ctx: typer.Context, group: str, timeout: float, json_out: bool
     if json_out:
         emit_json(reply)
     else:
-        Console().print(_members_table(reply))
+        console = Console()
+        views = Counter(str(row.get("view")) for row in reply["members"] if row.get("answered") and row.get("view"))
+        common = views.most_common(1)[0][0] if views else None
+        console.print(f"{reply['group']}: {reply['answered']} of {reply['asked']} member(s) answered"
+                      + (f"; view {common}" if common else ""), highlight=False)
+        console.print(_members_table(reply, common))
     if reply["answered"] < reply["asked"]:
         raise typer.Exit(1)
 
 
-def _members_table(reply: dict) -> Table:
-    table = Table(title=f"{reply['group']}: {reply['answered']} of {reply['asked']} member(s) answered",
-                  box=None, pad_edge=False)
-    for column in ("member", "quorum", "view", "members", "clients", "delivered"):
-        table.add_column(column, overflow="fold", justify="right" if column == "delivered" else "left")
+def _members_table(reply: dict, common_view: str | None) -> Table:
+    """One row per member: its quorum state, its view (``same`` when it is the one most members are in), how many
+    members it sees, its local clients and its deliveries in this membership."""
+    table = Table(box=None, pad_edge=False)
+    for column in ("member", "quorum", "view", "seen", "local clients", "delivered"):
+        table.add_column(column, overflow="fold", justify="right" if column in ("seen", "delivered") else "left")
     for row in reply["members"]:
-        if not row.get("answered"):
-            table.add_row(str(row["pid"]), Text("no answer", style="bold red"), "", "", "", "")
-            continue
-        if row.get("error"):
-            table.add_row(str(row["pid"]), Text(str(row["error"]), style="bold red"), "", "", "", "")
+        if not row.get("answered") or row.get("error"):
+            table.add_row(str(row["pid"]), Text(str(row.get("error") or "no answer"), style="bold red"))
             continue
         quorum = row.get("quorum") if isinstance(row.get("quorum"), dict) else {}
-        state = str(quorum.get("state", "?"))
         members = row.get("members") if isinstance(row.get("members"), list) else []
         clients = row.get("local_clients") if isinstance(row.get("local_clients"), list) else []
         counters = row.get("counters") if isinstance(row.get("counters"), dict) else {}
+        view = row.get("view")
         table.add_row(
             str(row["pid"]),
-            Text(state, style="" if quorum.get("quorate") else "bold red"),
-            str(row.get("view") or "-"),
+            Text(str(quorum.get("state", "?")), style="" if quorum.get("quorate") else "bold red"),
+            "same" if view is not None and str(view) == common_view else str(view or "-"),
             str(len(members)),
-            "\n".join(_client(c) for c in clients if isinstance(c, dict)) or str(row.get("clients", 0)),
+            "\n".join(f"pid {c.get('pid', '?')} uid {c.get('uid', '?')}" for c in clients if isinstance(c, dict))
+            or "-",
             str(counters.get("delivered", "?")),
         )
     return table

@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
+import subprocess
 from collections import Counter
 from pathlib import Path
 
@@ -21,7 +23,7 @@ from rmpd.protocol.outbox import OutputLists
 from rmpd.protocol.packets import StatusQuery, StatusReport, decode, encode
 from rmpd.protocol.statusquery import ANSWER_BURST, StatusQueries
 
-from .harness import Daemon, unique, wait_for
+from .harness import RMPD, Daemon, unique, wait_for
 from .test_local_api import RawClient
 
 FAST_FAILURE = """[timers]
@@ -169,3 +171,37 @@ def test_status_all_lists_every_member_and_marks_a_killed_one(daemons) -> None:
     assert gathered["asked"] == 3 and gathered["answered"] == 2
     assert rows[members[2].pid] == {"pid": members[2].pid, "answered": False}
     assert rows[members[0].pid]["answered"] and rows[members[1].pid]["answered"]
+
+
+def test_a_status_query_is_answered_under_the_groups_key_only(daemons, tmp_path: Path) -> None:
+    """A query is a datagram like the group's others: answered, to its source, by a daemon without a key; dropped
+    unopened by a keyed one, whose members answer one another's sealed queries."""
+    plain, keyed = unique("plain-query"), unique("keyed-query")
+    open_daemon = daemons()
+    open_daemon.rmp("join", plain)
+    key = tmp_path / "group.key"
+    assert subprocess.run([RMPD, "keygen", str(key)], capture_output=True, timeout=30).returncode == 0
+    members = [daemons(extra=["--auth-key", str(key)]) for _ in range(2)]
+    for d in members:
+        d.rmp("join", keyed)
+    wait_for(lambda: all(len(d.members(keyed)) == 2 for d in members), 30, "a keyed view of two")
+
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.settimeout(10)
+        asker = "{}:{}".format(*sock.getsockname())
+        ip, port = open_daemon.pid.rsplit(":", 1)
+        sock.sendto(encode(StatusQuery(plain, asker, 7)), (ip, int(port)))
+        report = decode(sock.recv(65536))
+        assert isinstance(report, StatusReport)
+        assert (report.group, report.src, report.query) == (plain, open_daemon.pid, 7)
+        assert read_report(report.report)["pid"] == open_daemon.pid
+
+        ip, port = members[0].pid.rsplit(":", 1)
+        sock.sendto(encode(StatusQuery(keyed, asker, 8)), (ip, int(port)))
+        wait_for(lambda: members[0].counters().get("auth_rejected_unsigned", 0) > 0, 10, "the plain query dropped")
+    assert members[0].counters().get("status_queries_answered", 0) == 0
+
+    gathered = members[1].rmp_json("status", keyed, "--all")
+    assert gathered["answered"] == 2 and {row["pid"] for row in gathered["members"]} == {d.pid for d in members}
+    assert members[0].counters()["status_queries_answered"] == 1

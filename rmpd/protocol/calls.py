@@ -6,12 +6,18 @@ strictly increasing per connection, so (connection, stamp) names the call for th
 resent with back-off until answered: the reply (then a REPLY-ACK frees the server's copy), an ACK (a call without
 handler is delivered; with one, it is being computed and resent more slowly), or a refusal.  Every copy carries
 the same stamp, so the group runs it at most once however many copies arrive.
+
+To a group this process has not heard from, the call goes first as a *probe*, which no member ever runs: a group
+that has just formed refuses every call stamped before its floor (it cannot tell them from calls an earlier
+incarnation ran), and a call first sent before the group was there would be stamped so.  The probe's answer gives
+the floor; the call is then stamped afresh above it, and since no acceptable copy of it was ever sent before, the
+fresh stamp cannot make it run twice (SCMP's answer to a rejected message: set the state up first, then send).
 """
 
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from .events import CallAnswered, Event, Transmit
 from .ids import ProcessId, ViewId
@@ -31,6 +37,9 @@ CALL_GRACE = 0.5
 """Seconds a caller's library waits past a call's timeout for the answer before it reports the timeout itself: the
 process answers every call by its deadline, and this bounds the wait if that answer is lost on the way."""
 
+NO_HANDLER_GRACE = 1.0
+"""Seconds a first call keeps asking a group where nobody holds its handler yet, before it ends ``no-handler``."""
+
 RETRY_INITIAL = 0.05
 RETRY_MAX = 1.0
 
@@ -42,10 +51,17 @@ class OutgoingCall:
     conn: int
     stamp: int
     packet: NonMemberData
+    """What is sent: the call, or while ``probing`` the probe (no payload)."""
     deadline: float
     timer: Backoff
+    payload: bytes = b""
+    probing: bool = False
     acked: bool = False
     too_early: bool = False
+    no_handler_by: float | None = None
+    """A probe was answered that nobody holds the handler: the group exists, its server may be about to take the
+    lock (``rmp serve`` joins, then locks); unless it is ready by then, the call ends ``no-handler`` at this time."""
+    answered: bool = False
 
 
 class Caller:
@@ -70,8 +86,12 @@ class Caller:
         packet = NonMemberData(group, self.views.get(group), self.pid, conn, stamp, qos or QoS(Level.TOTAL), flags,
                                handler, payload)
         data = encode(packet)  # first: a call that cannot be encoded must not be kept for its timer to resend
+        probing = group not in self.views
+        if probing:
+            packet = replace(packet, flags=flags | NonMemberData.FLAG_PROBE, payload=b"")
+            data = encode(packet)
         call = OutgoingCall(next(self._ids), group, conn, stamp, packet, now + timeout,
-                            Backoff(RETRY_INITIAL, RETRY_MAX))
+                            Backoff(RETRY_INITIAL, RETRY_MAX), payload, probing)
         self.calls[call.call_id] = call
         self._by_key[(conn, stamp)] = call.call_id
         call.timer.start(now)
@@ -83,7 +103,7 @@ class Caller:
         if call is not None:
             del self._by_key[(call.conn, call.stamp)]
 
-    def receive(self, ack: NonMemberAck, now: float) -> None:
+    def receive(self, ack: NonMemberAck, now: float, wall_ms: int) -> None:
         call_id = self._by_key.get((ack.conn, ack.stamp))
         if ack.status is CallStatus.REPLY:
             # Acknowledge every reply, also a late copy for a call already answered, so the server frees it.
@@ -93,6 +113,13 @@ class Caller:
             return
         call = self.calls[call_id]
         self.views[call.group] = ack.view
+        call.answered = True
+        if call.probing:
+            if ack.status is CallStatus.READY:
+                self._send_after_probe(call, ack.reply or b"", now, wall_ms)
+            elif ack.status is CallStatus.NO_HANDLER and call.no_handler_by is None:
+                call.no_handler_by = min(call.deadline, now + NO_HANDLER_GRACE)
+            return
         if ack.status is CallStatus.REPLY:
             self._finish(call, ack.reply or b"")
         elif ack.status is CallStatus.ACK:
@@ -102,27 +129,46 @@ class Caller:
                 call.acked = True
                 call.timer.interval = RETRY_MAX
         elif ack.status is CallStatus.TOO_EARLY:
-            call.too_early = True  # keep sending the same call: the group's clocks catch up
+            call.too_early = True  # keep sending the same call, often: the group's clocks catch up
+            call.timer.interval = RETRY_INITIAL
         elif ack.status is CallStatus.UNKNOWN:
             self._finish(call, None, "unknown")
         elif ack.status is CallStatus.NO_HANDLER:
             self._finish(call, None, "no-handler")
 
+    def _send_after_probe(self, call: OutgoingCall, floor_text: bytes, now: float, wall_ms: int) -> None:
+        """The group can take calls stamped after ``floor``: stamp the call afresh above it and send it."""
+        if not floor_text.isdigit() or len(floor_text) > 20:
+            return  # not an answer we understand: keep probing until the deadline
+        stamp = max(wall_ms, self._last_stamp.get(call.conn, 0) + 1, int(floor_text) + 1)
+        self._last_stamp[call.conn] = stamp
+        del self._by_key[(call.conn, call.stamp)]
+        self._by_key[(call.conn, stamp)] = call.call_id
+        probe = call.packet
+        call.stamp, call.probing = stamp, False
+        call.packet = replace(probe, view=self.views.get(call.group), stamp=stamp,
+                              flags=probe.flags & ~NonMemberData.FLAG_PROBE, payload=call.payload)
+        call.timer.start(now)
+        self.datagrams.append(Transmit(None, encode(call.packet), call.group))
+
     def handle_timer(self, now: float) -> None:
         for call in list(self.calls.values()):
-            if now >= call.deadline:
+            if call.probing and call.no_handler_by is not None and now >= call.no_handler_by:
+                self._finish(call, None, "no-handler")
+            elif now >= call.deadline:
+                if not call.answered:
+                    self.views.pop(call.group, None)  # nobody answered: ask the group afresh next time
                 self._finish(call, None, "too-early" if call.too_early else "timeout")
             elif call.timer.expired(now):
                 call.timer.back_off(now)
                 packet = call.packet
                 if self.views.get(call.group) != packet.view:
-                    packet = call.packet = NonMemberData(
-                        packet.group, self.views.get(call.group), packet.src, packet.conn, packet.stamp,
-                        packet.qos, packet.flags, packet.handler, packet.payload)
+                    packet = call.packet = replace(packet, view=self.views.get(call.group))
                 self.datagrams.append(Transmit(None, encode(packet), call.group))
 
     def get_timer(self) -> float | None:
-        deadlines = [min(c.deadline, c.timer.deadline or c.deadline) for c in self.calls.values()]
+        deadlines = [min(c.deadline, c.timer.deadline or c.deadline, c.no_handler_by or c.deadline)
+                     for c in self.calls.values()]
         return min(deadlines) if deadlines else None
 
     def _finish(self, call: OutgoingCall, reply: bytes | None, error: str | None = None) -> None:

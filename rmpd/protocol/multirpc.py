@@ -1,12 +1,13 @@
-"""Multi-RPC for non-members (RMP section 4.5) decided by SCMP at delivery time: one group's server side.
+"""Multi-RPC for non-members (RMP section 4.5) decided by SCMP: one group's server side.
 
 A non-member's Non Member Data reaches every member; one member, the *relay* (the holder of the handler lock the
-call names, else the first member of the view), carries it into the total order as a Data packet with a
-:class:`~rmpd.protocol.packets.Relayed` body that also records the relay's clock.  Every member then runs the same
-SCMP filter on the same calls, in the same order, with the same clock, so they decide alike; the *responder* (the
-handler lock holder, or the relay for calls without a handler) acts on the decision: it runs a new call, answers a
-copy with an ACK while computing or with the stored reply after, and tells the caller when a copy's fate is
-unknown.  See docs/protocol.md, "Non-members and SCMP", for why this keeps at-most-once across failures.
+call names, else the first member of the view), runs its SCMP filter on the call and carries it into the total
+order as a Data packet with a :class:`~rmpd.protocol.packets.Relayed` body that records the relay's clock and its
+verdict.  Every member follows that verdict where the call is delivered, so all members deliver a call or none
+(each member's own filter starts at its own floor, so theirs could differ); the *responder* (the handler lock
+holder, or the relay for calls without a handler) acts on it: it runs a new call, answers a copy with an ACK while
+computing or with the stored reply after, and tells the caller when a copy's fate is unknown.  See
+docs/protocol.md, "Non-members and SCMP", for why this keeps at-most-once across failures.
 """
 
 from __future__ import annotations
@@ -81,6 +82,10 @@ class GroupCalls:
     """The order clock: the largest relay clock delivered so far (the same at every member)."""
     in_flight: set[tuple[ProcessId, int, int]] = field(default_factory=set)
     """Calls this member relayed that are not yet delivered: further copies are not relayed again."""
+    ordered: dict[tuple[ProcessId, int], int] = field(default_factory=dict)
+    """The last stamp delivered as new per connection (kept ``keep_ms`` of order clock): a second relay of one
+    call, made while the relay changed and the first was still on its way, is a duplicate at every member."""
+    _pruned_at: int = 0
 
     def __post_init__(self) -> None:
         s = self.settings
@@ -97,12 +102,38 @@ class GroupCalls:
         self.in_flight.add(key)
         return True
 
-    def decide(self, call: Relayed, responder: bool, has_handler: bool) -> tuple[Verdict, Action, Answer | None]:
-        """Run the filter on a delivered call; the answer is for the responder to send (None otherwise)."""
+    def judge(self, caller: ProcessId, conn: int, stamp: int, wall_ms: int) -> Verdict:
+        """The relay's verdict on a call it is about to carry into the order, by its own clock: the one every
+        member follows (``decide``)."""
+        return self.filter.decide((caller, conn), stamp, wall_ms, wall_ms + self.settings.ahead_ms)
+
+    def floor(self) -> int:
+        """Calls stamped after this are judged on their merits by this member's filter (what a probe is told)."""
+        return self.filter.upper
+
+    def decide(self, call: Relayed, relayed_here: bool, responder: bool,
+               has_handler: bool) -> tuple[Verdict, Action, Answer | None]:
+        """A delivered call: every member takes the verdict the relay carried in the order, so all deliver it or
+        none; the answer is for the responder to send (None otherwise).
+
+        Two exceptions keep a call at most once when the relay changed while a call was on its way: a call
+        already delivered as new on its connection is a duplicate (the same at every member that saw both), and a
+        handler's holder that did not relay the call runs it only if its own filter accepts it too (a newcomer's
+        floor refuses what the group may have run before it came; only the holder runs a handler's calls)."""
         self.in_flight.discard((call.caller, call.conn, call.stamp))
         self.clock = max(self.clock, call.clock)
         conn = (call.caller, call.conn)
-        action, verdict, stored = self.server.call(conn, call.stamp, self.clock, self.clock + self.settings.ahead_ms)
+        carried = verdict = Verdict(call.verdict)
+        if verdict is Verdict.NEW and self.ordered.get(conn, -1) >= call.stamp:
+            verdict = Verdict.DUPLICATE
+        if verdict is Verdict.NEW and responder and has_handler and not relayed_here:
+            verdict = self.filter.decide(conn, call.stamp, self.clock)
+        elif not relayed_here or verdict is not carried:  # the relay's filter judged it when relaying
+            self.filter.learn(conn, call.stamp, self.clock, verdict)
+        if verdict is Verdict.NEW:
+            self.ordered[conn] = call.stamp
+        self._prune_ordered()
+        action, stored = self.server.act(conn, call.stamp, verdict)
         if action is Action.START and not has_handler:
             self.server.complete(conn, call.stamp, b"", self.clock)  # delivered is done: copies get an ACK
         elif action is Action.START and not responder:
@@ -116,6 +147,14 @@ class GroupCalls:
         if action is Action.REFUSE and verdict is Verdict.TOO_EARLY:
             status = CallStatus.TOO_EARLY
         return verdict, action, Answer(status, stored if status is CallStatus.REPLY else None)
+
+
+    def _prune_ordered(self) -> None:
+        if self.clock - self._pruned_at < 1000:
+            return
+        self._pruned_at = self.clock
+        horizon = self.clock - self.settings.keep_ms
+        self.ordered = {conn: stamp for conn, stamp in self.ordered.items() if stamp >= horizon}
 
 
 RESPONDER_ANSWERS: dict[tuple[Action, bool], CallStatus] = {

@@ -1,7 +1,8 @@
-"""Non-members' calls at one member (section 4.5, decided by SCMP at delivery: multirpc.py).
+"""Non-members' calls at one member (section 4.5, decided by SCMP: multirpc.py).
 
-The relay carries a non-member's call into the total order; every member runs the SCMP filter on it when it is
-delivered, in order, with the clock the relay stamped, so all decide alike; the responder acts on the verdict.
+The relay judges a non-member's call with its SCMP filter and carries the call and the verdict into the total
+order; every member follows that verdict where the call is delivered, so all decide alike; the responder acts on
+it.  A probe is answered by the relay at once, outside the order.
 """
 
 from __future__ import annotations
@@ -41,8 +42,17 @@ class CallRelay:
         if packet.handler is not None and not 0 <= packet.handler < HANDLER_LOCKS:
             self.stats["call_bad_handler"] += 1
             return None
-        if relay_of(self.views.current, packet.handler) != self.pid:
+        view = self.views.current
+        if relay_of(view, packet.handler) != self.pid:
             self.stats["call_not_relay"] += 1
+            return None
+        if packet.handler is not None and view.lock_holder(packet.handler) is None:
+            # Nothing is judged or ordered: the caller may send the same call again once someone holds it.
+            self._answer_packet(packet, CallStatus.NO_HANDLER, None, now)
+            return None
+        if packet.flags & NonMemberData.FLAG_PROBE:
+            self.stats["call_probes_answered"] += 1
+            self._answer_packet(packet, CallStatus.READY, str(self.calls.floor()).encode("ascii"), now)
             return None
         if len(packet.payload) > self.config.max_packet:
             self.stats["call_too_large"] += 1
@@ -51,13 +61,15 @@ class CallRelay:
             self.stats["call_copy_in_flight"] += 1
             return None
         qos = packet.qos if packet.qos.level >= Level.TOTAL else QoS(Level.TOTAL)
-        body = Relayed(RELAYED_TAG, packet.src, packet.conn, packet.stamp, packet.flags, self.wall_ms(now),
-                       packet.payload)
+        wall_ms = self.wall_ms(now)
+        verdict = self.calls.judge(packet.src, packet.conn, packet.stamp, wall_ms)
+        body = Relayed(RELAYED_TAG, packet.src, packet.conn, packet.stamp, packet.flags, wall_ms, packet.payload,
+                       verdict.value)
         self.stats["calls_relayed"] += 1
         return body, qos
 
     def deliver(self, packet: Data, call: Relayed, ts: int | None, now: float) -> tuple[bytes, ...]:
-        """Every member runs the filter on the call here, in total order; the responder acts on the verdict.
+        """Every member takes the relay's verdict on the call here, in total order; the responder acts on it.
         Returns what was handed to the application as a delivery (the call, for a new call without handler)."""
         view = self.views.current
         handler = packet.handler
@@ -70,7 +82,8 @@ class CallRelay:
                 self._answer(call, CallStatus.NO_HANDLER, None, now)
             return ()
         responder = holder if holder is not None else packet.src
-        verdict, _, answer = self.calls.decide(call, responder == self.pid, holder is not None)
+        verdict, _, answer = self.calls.decide(call, packet.src == self.pid, responder == self.pid,
+                                               holder is not None)
         accepted = verdict is Verdict.NEW
         self.stats[f"calls_{verdict.value}"] += 1
         self.outbox.record("scmp", now, conn=f"{call.caller}/{call.conn}", msg_ts=call.stamp, accepted=accepted,
@@ -92,6 +105,11 @@ class CallRelay:
         self.stats[f"call_answer_{status.name.lower()}"] += 1
         self.outbox.unicast(call.caller, NonMemberAck(self.views.current.view_id, self.pid, call.conn, call.stamp,
                                                       status, reply), now)
+
+    def _answer_packet(self, packet: NonMemberData, status: CallStatus, reply: bytes | None, now: float) -> None:
+        """Answer a call (or probe) straight from its packet, before (and instead of) ordering it."""
+        self._answer(Relayed(RELAYED_TAG, packet.src, packet.conn, packet.stamp, packet.flags, 0, b""), status,
+                     reply, now)
 
     def reply(self, caller: ProcessId, conn: int, stamp: int, payload: bytes, now: float) -> bool:
         """The application's answer to a :class:`CallRequest`; kept for copies of the call.  False when the call

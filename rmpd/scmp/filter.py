@@ -75,6 +75,18 @@ class ScmpFilter:
             self.collect(clock)
         return verdict
 
+    def learn(self, conn: Hashable, stamp: int, clock: int, verdict: Verdict) -> None:
+        """Another server's verdict on a message, followed here (a group whose relay decides for every member):
+        counted, and an accepted message recorded as if accepted here, so that this filter, should it decide
+        later, refuses its copies too.  Collects the table when due, as ``decide`` does."""
+        if verdict is Verdict.NEW:
+            self.table[conn] = max(stamp, self.table.get(conn, stamp))
+        if verdict is not Verdict.TOO_EARLY:
+            self.estimator.observe(clock - stamp, verdict is Verdict.NEW, False)
+        self.counts[verdict] += 1
+        if self.estimator.due(clock):
+            self.collect(clock)
+
     def collect(self, clock: int) -> list[tuple[Hashable, int]]:
         """Garbage collection: drop entries at or below ``clock - p`` (unless pinned) into ``upper``."""
         horizon = clock - self.estimator.update(clock)

@@ -57,20 +57,26 @@ class RpcServer:
         A copy of a call this server accepted but holds no reply for (it was not the one computing it, or the
         reply was acknowledged) is refused: the caller learns its fate is unknown here rather than waiting."""
         verdict = self.filter.decide(conn, stamp, clock, bound)
+        action, stored = self.act(conn, stamp, verdict)
+        return action, verdict, stored
+
+    def act(self, conn: Hashable, stamp: int, verdict: Verdict) -> tuple[Action, bytes | None]:
+        """What to do about a CALL the filter (here or elsewhere) gave ``verdict`` (with the stored reply for
+        RESEND)."""
         entry = self.entries.get(conn)
         if verdict is Verdict.NEW:
             self.entries[conn] = Entry(State.COMPUTING, stamp)
             self.filter.pinned.add(conn)
-            return Action.START, verdict, None
+            return Action.START, None
         if entry is None or entry.stamp < stamp:
-            return Action.REFUSE, verdict, None
+            return Action.REFUSE, None
         if entry.stamp > stamp:
-            return Action.IGNORE, verdict, None
+            return Action.IGNORE, None
         if entry.state is State.IDLE:
-            return Action.REFUSE, verdict, None
+            return Action.REFUSE, None
         if entry.state is State.COMPUTING:
-            return Action.ACK, verdict, None
-        return Action.RESEND, verdict, entry.reply
+            return Action.ACK, None
+        return Action.RESEND, entry.reply
 
     def complete(self, conn: Hashable, stamp: int, reply: bytes, clock: int) -> bool:
         """The call finished with ``reply``; False when that call is no longer the connection's current one."""

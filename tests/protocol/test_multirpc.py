@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from rmpd.protocol.events import CallAnswered, CallRequest, messages_of
 from rmpd.protocol.packets import CallStatus, NonMemberAck, NonMemberData, encode
+from rmpd.protocol.qos import QoS
 
 from .harness import Net
 
@@ -47,6 +48,11 @@ def test_call_duplicated_five_times_runs_once_and_gets_one_reply() -> None:
     assert counts[0] == counts[1] == counts[2]
 
 
+def first_call(sent: list[NonMemberData]) -> NonMemberData:
+    """The first copy of a call among the packets seen (a caller new to the group probes first)."""
+    return next(p for p in sent if not p.flags & NonMemberData.FLAG_PROBE)
+
+
 def replay(net: Net, packet: NonMemberData) -> None:
     """Hand every member a copy of ``packet``, as a network that held it back would."""
     for pid in net.pids[:3]:
@@ -73,7 +79,7 @@ def test_copies_after_the_reply_get_the_stored_reply_not_a_second_run() -> None:
     serve(net, 1)
     net.advance(0.5)
     assert lost_reply_acks, "the caller acknowledged the reply"
-    replay(net, sent[0])
+    replay(net, first_call(sent))
     net.advance(0.5)
     assert len(net.of_type(1, CallRequest)) == 1
     assert net[1].engines["g"].stats["call_answer_reply"] == 2, "the stored reply went out again"
@@ -87,7 +93,7 @@ def test_copies_after_the_reply_ack_are_refused_as_unknown() -> None:
     net.advance(0.2)
     serve(net, 1)
     net.advance(0.5)
-    replay(net, sent[0])
+    replay(net, first_call(sent))
     net.advance(0.5)
     assert len(net.of_type(1, CallRequest)) == 1
     assert net[1].engines["g"].stats["call_answer_unknown"] == 1
@@ -104,10 +110,14 @@ def test_call_without_handler_is_delivered_to_every_member_once() -> None:
 
 
 def test_call_to_an_unheld_handler_fails_fast() -> None:
+    """A caller new to the group gives the server a moment to take the lock; one that knows the group does not."""
     net = group_with_server()
     net.do(CALLER, lambda p, now: p.call("g", b"x", now, handler=3))
-    net.advance(1.0)
+    net.advance(1.5)
     assert [a.error for a in net.of_type(CALLER, CallAnswered)] == ["no-handler"]
+    net.do(CALLER, lambda p, now: p.call("g", b"x", now, handler=3))
+    net.advance(0.2)
+    assert [a.error for a in net.of_type(CALLER, CallAnswered)] == ["no-handler"] * 2
 
 
 def test_call_to_a_group_nobody_serves_times_out() -> None:
@@ -123,10 +133,51 @@ def test_a_fresh_member_refuses_calls_stamped_before_it_started() -> None:
     net.do(0, lambda p, now: p.create("g", now))
     net.do(0, lambda p, now: p.lock("g", 0, now))
     net.advance(0.3)
-    net.do(CALLER, lambda p, now: p.call("g", b"early", now, handler=0))
+    early = NonMemberData("g", None, net.pids[CALLER], 0, 1_700_000_000_000 + 100, QoS.TOTAL,
+                          NonMemberData.FLAG_ACK, 0, b"early")  # a copy of a call made before the group formed
+    answers: list[NonMemberAck] = []
+    net.drop = lambda src, dst, p: isinstance(p, NonMemberAck) and bool(answers.append(p))
+    replay(net, early)
     net.advance(0.5)
     assert not net.of_type(0, CallRequest)
-    assert [a.error for a in net.of_type(CALLER, CallAnswered)] == ["unknown"]
+    assert [a.status for a in answers] == [CallStatus.UNKNOWN]
+
+
+def test_a_caller_new_to_a_fresh_group_probes_then_stamps_its_call_above_the_floor() -> None:
+    """The call is made before the group forms: its first packets are probes nobody may run, and once the group
+    answers with its floor the call goes stamped afresh above it, and runs once, within its timeout."""
+    net = Net(4)
+    call_id = net.do(CALLER, lambda p, now: p.call("g", b"early", now, handler=0, timeout=5.0))
+    net.advance(0.5)
+    net.do(0, lambda p, now: p.create("g", now))
+    net.do(0, lambda p, now: p.lock("g", 0, now))
+    floor = net[0].engines["g"].relay.calls.floor()
+    assert floor > 1_700_000_000_000 + 1500, "the fresh group refuses what was stamped before it formed"
+    net.advance_until(lambda: bool(net.of_type(0, CallRequest)), 4.0)
+    [request] = net.of_type(0, CallRequest)
+    assert request.payload == b"early" and request.stamp > floor
+    serve(net, 0)
+    net.advance(0.3)
+    assert [(a.call_id, a.reply, a.error) for a in net.of_type(CALLER, CallAnswered)] == [(call_id, b"EARLY", None)]
+
+
+def test_a_call_stamped_just_after_a_newcomer_joined_is_delivered_at_every_member() -> None:
+    """Uniform verdicts: the newcomer's own filter starts at its floor (above the stamp) and the older members'
+    below it; all follow the relay's verdict carried in the order, so the call reaches every member or none."""
+    net = Net(4)
+    net.do(0, lambda p, now: p.create("g", now))
+    net.do(1, lambda p, now: p.join("g", now))
+    net.advance(3.0)
+    net.do(2, lambda p, now: p.join("g", now))
+    assert net.advance_until(lambda: all(len(net[i].view("g").members) == 3 for i in range(3)), 5.0) is not None
+    newcomer = net[2].engines["g"].relay.calls.floor()
+    stamp = 1_700_000_000_000 + int(net.now * 1000) + 500  # after the older members' floors, before the newcomer's
+    assert net[0].engines["g"].relay.calls.floor() < stamp < newcomer
+    note = NonMemberData("g", None, net.pids[CALLER], 0, stamp, QoS.TOTAL, NonMemberData.FLAG_ACK, None, b"note")
+    replay(net, note)
+    net.advance(1.0)
+    got = [[e.payload for e in messages_of(net.events[net.pids[i]]) if e.src == net.pids[CALLER]] for i in range(3)]
+    assert got == [[b"note"]] * 3, got
 
 
 def test_persisted_latest_covers_a_member_whose_clock_went_back() -> None:
@@ -141,8 +192,8 @@ def test_persisted_latest_covers_a_member_whose_clock_went_back() -> None:
     clock_after_restart = before_crash_stamp - 60_000  # set back a minute
     settings = ScmpSettings(upper=persisted, latest=persisted)
     calls = GroupCalls(ScmpSettings(upper=start_upper(settings, clock_after_restart), latest=persisted))
-    relay_clock = before_crash_stamp + 100  # another member relays it, its clock right
+    relay_clock = before_crash_stamp + 100  # another member relays it as new, its clock right; the holder checks
     replay = Relayed(RELAYED_TAG, "10.0.0.9:1", 0, before_crash_stamp, 0, relay_clock, b"x")
-    assert calls.decide(replay, responder=True, has_handler=True)[0] is Verdict.SUMMARY
+    assert calls.decide(replay, relayed_here=False, responder=True, has_handler=True)[0] is Verdict.SUMMARY
     without = GroupCalls(ScmpSettings(upper=start_upper(ScmpSettings(), clock_after_restart)))
-    assert without.decide(replay, responder=True, has_handler=True)[0] is Verdict.NEW
+    assert without.decide(replay, relayed_here=False, responder=True, has_handler=True)[0] is Verdict.NEW

@@ -14,6 +14,7 @@ from rmpd.protocol.packets import (
     MAX_DATAGRAM,
     PACKET_CLASSES,
     RELAYED_TAG,
+    RELAYED_VERDICTS,
     Ack,
     CallStatus,
     Data,
@@ -49,7 +50,8 @@ KIND_STRATEGIES = {
     "opt_bytes": st.none() | st.binary(max_size=50),
     "body": st.binary(max_size=200) | small(st.binary(max_size=50), min_size=2, max_size=5).map(tuple)
     | st.builds(Fragment, st.booleans(), st.booleans(), st.binary(max_size=200))
-    | st.builds(Relayed, st.just(RELAYED_TAG), pids, uints, uints, uints, uints, st.binary(max_size=100)),
+    | st.builds(Relayed, st.just(RELAYED_TAG), pids, uints, uints, uints, uints, st.binary(max_size=100),
+                st.sampled_from(RELAYED_VERDICTS)),
     "view": views,
     "opt_view": st.none() | views,
     "qos": qoses,

@@ -6,16 +6,17 @@
 from __future__ import annotations
 
 import errno
+import inspect
 import logging
 from collections import Counter
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import trio
 import typer
 
 from cli.version import version_callback
-from rmpd.daemon.config import ConfigError, DaemonConfig, load_config
+from rmpd.daemon.config import KEYS, ConfigError, DaemonConfig, Key, default_of, load_config
 from rmpd.daemon.daemon import run_daemon
 from rmpd.daemon.memberships import MembershipFileError
 from rmpd.daemon.metrics_http import MetricsAddressError
@@ -33,37 +34,13 @@ def run(
                                           help="Print the installed version and exit.")] = False,
     config: Annotated[Path | None, typer.Option("--config", envvar="RMPD_CONFIG",
                                                 help="TOML file; flags override its keys.")] = None,
-    interface: Annotated[str | None, typer.Option(help="Interface name (e.g. lo, eth0) to bind and join on.")] = None,
-    bind: Annotated[str | None, typer.Option(help="IPv4 address to bind and join on, instead of --interface.")] = None,
-    port: Annotated[int | None, typer.Option(help="Unicast UDP port (default 7000; 0: any free port).")] = None,
-    socket: Annotated[Path | None, typer.Option(
-        "--socket", help="Unix socket for local clients [default: $XDG_RUNTIME_DIR/rmpd.sock or /tmp].")] = None,
-    journal: Annotated[Path | None, typer.Option(help="Write the journal (docs/trace-format.md) into DIR.")] = None,
-    log_level: Annotated[str | None, typer.Option(help="debug, info, warning or error.")] = None,
-    auth_key: Annotated[Path | None, typer.Option(
-        help="Group key file (rmpd keygen): sign every datagram, drop every one that is not signed with it.")] = None,
-    encrypt: Annotated[bool | None, typer.Option(
-        "--encrypt/--no-encrypt", help="Also encrypt datagrams (ChaCha20-Poly1305) under --auth-key.")] = None,
-    state_dir: Annotated[Path | None, typer.Option(
-        help="Where SCMP's latest and the groups to rejoin are kept across restarts [default: $STATE_DIRECTORY, "
-             "/var/lib/rmpd as root, ~/.local/state/rmpd].")] = None,
-    metrics: Annotated[str | None, typer.Option(
-        help="Serve Prometheus metrics at http://HOST:PORT/metrics, e.g. 127.0.0.1:9464 [default: off].")] = None,
-    multicast: Annotated[bool | None, typer.Option(
-        "--multicast/--no-multicast",
-        help="--no-multicast: this host cannot receive multicast; members send it unicast copies.")] = None,
-    via: Annotated[str | None, typer.Option(
-        help="A member's process ID (ip:port) that multicasts for this daemon, for a host whose multicasts do not "
-             "reach the group.")] = None,
+    **flags: Any,
 ) -> None:
     """Run the daemon until SIGTERM, which leaves every group and exits 0.  With no options: loopback."""
     if ctx.invoked_subcommand is not None:
         return
-    overrides = {"interface": interface, "bind": bind, "port": port, "socket": socket, "journal": journal,
-                 "log_level": log_level, "auth_key": auth_key, "encrypt": encrypt, "state_dir": state_dir,
-                 "metrics": metrics, "multicast": multicast, "via": via}
     try:
-        settings = load_config(config, overrides)
+        settings = load_settings(ctx.params)
         settings.address()
         logging.basicConfig(level=settings.log_level.upper(), format="rmpd %(levelname)s %(message)s")
         guard = settings.guard(Counter())
@@ -78,6 +55,32 @@ def run(
     except OSError as exc:
         typer.echo(f"rmpd: {start_error(exc, settings)}", err=True)
         raise typer.Exit(1) from None
+
+
+FLAG_TYPES: dict[str, Any] = {"text": str, "path": Path, "int": int, "number": float, "switch": bool, "mode": str,
+                              "entries": list[str], "table": list[str]}
+"""The type click reads each kind of key's flag as (rmpd.daemon.config.Key.kind); the config does the rest."""
+
+
+def key_option(key: Key) -> inspect.Parameter:
+    """The flag of one config key: not given (None) unless typed, so the file's key or the default stands."""
+    decls = [f"{key.flag}/--no-{key.flag[2:]}"] if key.kind == "switch" else [key.flag]
+    default = default_of(key)
+    shown = f" (default: {default})" if default is not None else ""
+    metavar = {"table": "NAME=VALUE", "entries": "GROUP", "mode": "MODE"}.get(key.kind)
+    option = typer.Option(*decls, help=key.help + shown, metavar=metavar, show_default=False)
+    annotation = Annotated[FLAG_TYPES[key.kind] | None, option]
+    return inspect.Parameter(key.name, inspect.Parameter.KEYWORD_ONLY, default=None, annotation=annotation)
+
+
+_declared = inspect.signature(run, eval_str=True)
+run.__signature__ = _declared.replace(  # type: ignore[attr-defined]
+    parameters=[p for p in _declared.parameters.values() if p.kind != p.VAR_KEYWORD] + [key_option(k) for k in KEYS])
+
+
+def load_settings(params: dict[str, Any]) -> DaemonConfig:
+    """The daemon's settings from its parsed command line: the ``--config`` file, then the flags on top."""
+    return load_config(params.get("config"), {key.name: params.get(key.name) for key in KEYS})
 
 
 def start_error(exc: OSError, settings: DaemonConfig) -> str:

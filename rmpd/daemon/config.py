@@ -1,9 +1,9 @@
 """Daemon settings: TOML file, then command-line flags on top, then defaults.
 
-Every key of the file has a flag of the same name (``interface``, ``bind``, ``port``, ``socket``, ``journal``,
-``log_level``), so an operator can move a setting between the unit file and the config without renaming it.
-Timers live in a ``[timers]`` table whose keys are the engine's own (:class:`rmpd.protocol.config.EngineConfig`),
-so the file never needs to learn a second vocabulary.
+Every key of the file has a flag of the same name (``log_level``: ``--log-level``), made from one table,
+:data:`KEYS`, so an operator can move a setting between the unit file and the config without renaming it, and a
+key cannot be added without its flag.  Timers live in a ``[timers]`` table whose keys are the engine's own
+(:class:`rmpd.protocol.config.EngineConfig`), so the file never needs to learn a second vocabulary.
 """
 
 from __future__ import annotations
@@ -32,10 +32,62 @@ from .metrics_http import parse_address
 
 DEFAULT_PORT = 7000
 
-TOP_KEYS = {"interface", "bind", "port", "socket", "journal", "journal_compress", "journal_rotate_bytes",
-            "log_level", "address_range", "ttl", "multicast", "socket_mode", "socket_group", "runtime_dir_mode",
-            "client_queue", "max_frame", "state_dir", "groups",
-            "auth_key", "auth_key_previous", "auth_rotation_window", "encrypt", "metrics", "via"}
+
+
+@dataclass(frozen=True)
+class Key:
+    """One key of the config file and its command-line flag: ``--`` and the name with ``-`` for ``_``."""
+
+    name: str
+    kind: str
+    """How the flag reads its value: ``text``, ``path``, ``int``, ``number``, ``switch`` (``--x/--no-x``),
+    ``mode`` (octal, ``0o660`` or ``660``), ``entries`` (repeated, one list entry each: a name or an inline TOML
+    table) or ``table`` (repeated ``NAME=VALUE``, one key of the TOML table each, VALUE as in TOML)."""
+    help: str
+
+    @property
+    def flag(self) -> str:
+        return "--" + self.name.replace("_", "-")
+
+
+KEYS: tuple[Key, ...] = (
+    Key("interface", "text", "Interface name (e.g. lo, eth0) to bind and join on (default: loopback)."),
+    Key("bind", "text", "IPv4 address to bind and join on, instead of --interface."),
+    Key("port", "int", "Unicast UDP port (0: any free port)."),
+    Key("socket", "path", "Unix socket for local clients (default: $XDG_RUNTIME_DIR/rmpd.sock, else in /tmp)."),
+    Key("socket_mode", "mode", "File mode of the client socket (octal)."),
+    Key("socket_group", "text", "Group owning the client socket (default: rmpd, when it exists)."),
+    Key("runtime_dir_mode", "mode", "File mode of the socket's directory when rmpd creates it (octal)."),
+    Key("journal", "path", "Write the journal (docs/trace-format.md) into DIR."),
+    Key("journal_compress", "switch", "Compress the journal's files."),
+    Key("journal_rotate_bytes", "int", "Start a new journal file after this many bytes."),
+    Key("log_level", "text", "debug, info, warning or error."),
+    Key("address_range", "text", "Multicast range that group names hash into."),
+    Key("ttl", "int", "Multicast TTL unless a client asks for more (1: this link only)."),
+    Key("multicast", "switch", "--no-multicast: this host cannot receive multicast; members send it unicast copies."),
+    Key("via", "text", "A member's process ID (ip:port) that multicasts for this daemon, for a host whose "
+                       "multicasts do not reach the group."),
+    Key("client_queue", "int", "Frames queued for one local client before it is cut off (slow-consumer)."),
+    Key("max_frame", "int", "Largest local API frame accepted, in bytes."),
+    Key("auth_key", "path", "Group key file (rmpd keygen): sign every datagram, drop every one that is not signed "
+                            "with it."),
+    Key("auth_key_previous", "path", "During a key rotation: the old key, still accepted for receiving."),
+    Key("auth_rotation_window", "number", "Seconds the previous key is accepted for."),
+    Key("encrypt", "switch", "Also encrypt datagrams (ChaCha20-Poly1305) under --auth-key."),
+    Key("state_dir", "path", "Where SCMP's latest and the groups to rejoin are kept across restarts (default: "
+                             "$STATE_DIRECTORY, /var/lib/rmpd as root, ~/.local/state/rmpd)."),
+    Key("metrics", "text", "Serve Prometheus metrics at http://HOST:PORT/metrics, e.g. 127.0.0.1:9464 "
+                           "(default: off)."),
+    Key("groups", "entries", "A group joined at every start and kept with no client: NAME, or a table such as "
+                             "'{name = \"locks\", min_partition = \"majority\"}'.  Repeat for more; replaces the "
+                             "file's list."),
+    Key("timers", "table", "One engine setting of the timers table, NAME=VALUE (request_interval=0.2).  Repeat "
+                           "for more."),
+    Key("scmp", "table", "One setting of the scmp table, NAME=VALUE (estimator=fixed).  Repeat for more."),
+)
+"""The config's keys, in the order ``rmpd --help`` lists their flags."""
+
+TOP_KEYS = {key.name for key in KEYS if key.kind != "table"}
 TIMER_KEYS = {f.name for f in dataclasses.fields(EngineConfig)} - {"journal"}
 SCMP_KEYS = {f.name for f in dataclasses.fields(ScmpSettings)} - {"upper", "latest"}
 DAEMON_TIMERS: dict[str, Any] = {"request_interval": 0.2, "join_retries": 4}
@@ -81,7 +133,7 @@ class DaemonConfig:
     groups: list[Membership] = field(default_factory=list)
     """Groups the daemon joins at every start and keeps with no client (``groups = ["a", {name = "b",
     min_partition = "majority", ttl = 2}]``), on top of those recorded by persistent joins (rmpd.daemon.memberships).
-    No flag: a list is the config's to hold."""
+    Its flag, ``--groups``, takes one entry each time it is given."""
     metrics: str | None = None
     """``HOST:PORT`` to serve Prometheus metrics on (``127.0.0.1:9464``); none by default."""
     via: str | None = None
@@ -141,8 +193,49 @@ class DaemonConfig:
         return self.socket if self.socket is not None else default_socket_path()
 
 
+def default_of(key: Key) -> Any:
+    """The key's default as ``rmpd --help`` shows it; None where it depends on the host or there is none (the
+    help text says so)."""
+    spec = next(f for f in dataclasses.fields(DaemonConfig) if f.name == key.name)
+    if spec.default is dataclasses.MISSING or spec.default is None or key.kind == "switch":
+        return None
+    return oct(spec.default) if key.kind == "mode" else spec.default
+
+
+def _flag_value(key: Key, value: Any) -> Any:
+    """What a flag's value says as the key's value: the same as the key written in the file."""
+    if key.kind == "mode" and isinstance(value, str):
+        try:
+            return int(value.removeprefix("0o"), 8)
+        except ValueError:
+            raise ConfigError(f"{key.flag} must be an octal file mode such as 0o660, got {value!r}") from None
+    if key.kind == "entries":
+        return [_toml_value(key, text) if text.lstrip().startswith("{") else text for text in value]
+    if key.kind == "table":
+        table = {}
+        for item in value:
+            name, equals, text = item.partition("=")
+            if not equals or not name.strip():
+                raise ConfigError(f"{key.flag} takes NAME=VALUE, got {item!r}")
+            table[name.strip()] = _toml_value(key, text.strip(), or_text=True)
+        return table
+    return value
+
+
+def _toml_value(key: Key, text: str, or_text: bool = False) -> Any:
+    """``text`` read as a TOML value; with ``or_text``, text that is not one is taken as a string (``fixed``)."""
+    try:
+        return tomllib.loads(f"value = {text}")["value"]
+    except tomllib.TOMLDecodeError as exc:
+        if or_text:
+            return text
+        raise ConfigError(f"{key.flag}: {text!r} is not a TOML value: {exc}") from None
+
+
 def load_config(path: Path | None, overrides: dict[str, Any]) -> DaemonConfig:
-    """Read ``path`` (if any), apply non-None ``overrides`` (the flags), and check the result."""
+    """Read ``path`` (if any), apply ``overrides`` (the flags, by key name; None or empty: not given), and check
+    the result.  A flag replaces its key, except a table's flags (``--timers``, ``--scmp``), which replace the
+    table's keys they name."""
     values: dict[str, Any] = {}
     if path is not None:
         try:
@@ -158,6 +251,17 @@ def load_config(path: Path | None, overrides: dict[str, Any]) -> DaemonConfig:
     scmp = values.pop("scmp", {})
     if not isinstance(scmp, dict):
         raise ConfigError("[scmp] must be a table")
+    keys = {key.name: key for key in KEYS}
+    for name, value in overrides.items():
+        if value is None or (keys[name].kind in ("entries", "table") and not value):
+            continue
+        value = _flag_value(keys[name], value)
+        if name == "timers":
+            timers = {**timers, **value}
+        elif name == "scmp":
+            scmp = {**scmp, **value}
+        else:
+            values[name] = value
     unknown = set(scmp) - SCMP_KEYS
     if unknown:
         raise ConfigError(f"unknown scmp key(s): {', '.join(sorted(unknown))}; known: {', '.join(sorted(SCMP_KEYS))}")
@@ -167,12 +271,11 @@ def load_config(path: Path | None, overrides: dict[str, Any]) -> DaemonConfig:
     unknown = set(timers) - TIMER_KEYS
     if unknown:
         raise ConfigError(f"unknown timer(s): {', '.join(sorted(unknown))}; known: {', '.join(sorted(TIMER_KEYS))}")
-    values.update({k: v for k, v in overrides.items() if v is not None})
     if values.get("interface") and values.get("bind"):
         raise ConfigError("give either interface or bind, not both")
-    for key in ("socket", "journal", "auth_key", "auth_key_previous", "state_dir"):
-        if key in values:
-            values[key] = Path(values[key])
+    for path_key in (key.name for key in KEYS if key.kind == "path"):
+        if path_key in values:
+            values[path_key] = Path(values[path_key])
     if "groups" in values:
         try:
             values["groups"] = parse_memberships(values["groups"])

@@ -3,15 +3,23 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import grp
+import json
 import os
+import re
 import shutil
 import subprocess
+import tomllib
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+import typer
 
-from rmpd.daemon.config import ConfigError, DaemonConfig, load_config
+from cli.rmpd_main import app, load_settings
+from rmpd.daemon.config import KEYS, ConfigError, DaemonConfig, load_config
 from rmpd.daemon.memberships import Membership
 from rmpd.protocol.config import EngineConfig
 from rmpd.protocol.reformation import MIN_PARTITION_MAJORITY
@@ -28,6 +36,120 @@ def test_the_shipped_config_loads_and_flags_override_it() -> None:
     assert config.socket == Path("/run/rmpd/rmpd.sock")
     engine = config.engine_config()
     assert engine.join_retries == 4 and engine.null_ack_interval == 1.0 and not engine.journal
+
+
+OWN_GROUP = grp.getgrgid(os.getgid()).gr_name
+"""A group that exists here, for socket_group."""
+
+KEY_EXAMPLES: dict[str, tuple[str, list[str]]] = {
+    "interface": ("interface = 'lo'", ["--interface", "lo"]),
+    "bind": ("bind = '127.0.0.2'", ["--bind", "127.0.0.2"]),
+    "port": ("port = 7123", ["--port", "7123"]),
+    "socket": ("socket = '/run/other/rmpd.sock'", ["--socket", "/run/other/rmpd.sock"]),
+    "socket_mode": ("socket_mode = 0o600", ["--socket-mode", "0o600"]),
+    "socket_group": (f"socket_group = '{OWN_GROUP}'", ["--socket-group", OWN_GROUP]),
+    "runtime_dir_mode": ("runtime_dir_mode = 0o700", ["--runtime-dir-mode", "700"]),
+    "journal": ("journal = '/var/log/other'", ["--journal", "/var/log/other"]),
+    "journal_compress": ("journal_compress = true", ["--journal-compress"]),
+    "journal_rotate_bytes": ("journal_rotate_bytes = 1048576", ["--journal-rotate-bytes", "1048576"]),
+    "log_level": ("log_level = 'debug'", ["--log-level", "debug"]),
+    "address_range": ("address_range = '239.1.0.0/16'", ["--address-range", "239.1.0.0/16"]),
+    "ttl": ("ttl = 3", ["--ttl", "3"]),
+    "multicast": ("multicast = false", ["--no-multicast"]),
+    "via": ("via = '127.0.0.1:7001'", ["--via", "127.0.0.1:7001"]),
+    "client_queue": ("client_queue = 500", ["--client-queue", "500"]),
+    "max_frame": ("max_frame = 65536", ["--max-frame", "65536"]),
+    "auth_key": ("auth_key = '/etc/rmpd/other.key'", ["--auth-key", "/etc/rmpd/other.key"]),
+    "auth_key_previous": ("auth_key = '/k'\nauth_key_previous = '/old.key'",
+                          ["--auth-key", "/k", "--auth-key-previous", "/old.key"]),
+    "auth_rotation_window": ("auth_rotation_window = 60.5", ["--auth-rotation-window", "60.5"]),
+    "encrypt": ("auth_key = '/k'\nencrypt = true", ["--auth-key", "/k", "--encrypt"]),
+    "state_dir": ("state_dir = '/srv/rmpd'", ["--state-dir", "/srv/rmpd"]),
+    "metrics": ("metrics = '127.0.0.1:9464'", ["--metrics", "127.0.0.1:9464"]),
+    "groups": ("groups = ['app', {name = 'locks', min_partition = 'majority', ttl = 2}]",
+               ["--groups", "app", "--groups", "{name = 'locks', min_partition = 'majority', ttl = 2}"]),
+    "timers": ("[timers]\nrequest_interval = 0.5\ncongestion = 'fixed'",
+               ["--timers", "request_interval=0.5", "--timers", "congestion=fixed"]),
+    "scmp": ("[scmp]\nestimator = 'fixed'\nlifetime_ms = 800",
+             ["--scmp", "estimator=fixed", "--scmp", "lifetime_ms=800"]),
+}
+"""Each key of the config written in the file and as flags: the two must give the same settings."""
+
+
+def settings_from_flags(argv: list[str]) -> DaemonConfig:
+    """The settings rmpd would run with for ``argv``, read by its own command-line parser."""
+    context = typer.main.get_command(app).make_context("rmpd", list(argv))
+    return load_settings(context.params)
+
+
+def test_every_key_of_the_config_is_a_flag_of_the_same_name() -> None:
+    fields = {f.name for f in dataclasses.fields(DaemonConfig)}
+    assert {key.name for key in KEYS} == fields == KEY_EXAMPLES.keys()
+    helped = subprocess.run([RMPD, "--help"], capture_output=True, text=True, timeout=30,
+                            env={**os.environ, "COLUMNS": "200"})
+    assert helped.returncode == 0, helped.stderr
+    for key in KEYS:
+        assert re.search(rf"{key.flag}\b", helped.stdout), f"rmpd --help does not list {key.flag}"
+
+
+def as_flags(values: dict[str, Any]) -> list[str]:
+    """The flags that say what ``values`` (a config file as read) says."""
+    kinds = {key.name: key for key in KEYS}
+    argv: list[str] = []
+    for name, value in values.items():
+        key = kinds[name]
+        if key.kind == "switch":
+            argv.append(key.flag if value else f"--no-{key.flag[2:]}")
+        elif key.kind == "entries":
+            for entry in value:
+                argv += [key.flag, entry if isinstance(entry, str) else
+                         "{" + ", ".join(f"{k} = {json.dumps(v)}" for k, v in entry.items()) + "}"]
+        elif key.kind == "table":
+            for item, setting in value.items():
+                argv += [key.flag, f"{item}={json.dumps(setting)}"]
+        else:
+            argv += [key.flag, oct(value) if key.kind == "mode" else str(value)]
+    return argv
+
+
+def test_the_shipped_configs_keys_commented_or_not_are_flags_that_say_the_same(tmp_path: Path) -> None:
+    shipped = (ROOT / "systemd" / "rmpd.toml").read_text()
+    every_key = re.sub(r"^# (\w+ = )", r"\1", shipped, flags=re.MULTILINE)  # the commented examples too
+    path = tmp_path / "rmpd.toml"
+    path.write_text(every_key)
+    with open(path, "rb") as handle:
+        values = tomllib.load(handle)
+    assert {"interface", "groups", "journal", "metrics", "timers"} <= values.keys()
+    assert values.keys() <= KEY_EXAMPLES.keys()
+    assert settings_from_flags(as_flags(values)) == load_config(path, {})
+
+
+@pytest.mark.parametrize("key", sorted(KEY_EXAMPLES))
+def test_a_flag_gives_the_same_setting_as_its_key(tmp_path: Path, key: str) -> None:
+    text, argv = KEY_EXAMPLES[key]
+    path = tmp_path / "rmpd.toml"
+    path.write_text(text + "\n")
+    from_file = load_config(path, {})
+    assert getattr(from_file, key) != getattr(DaemonConfig(), key)  # the example sets something
+    assert settings_from_flags(argv) == from_file
+
+
+def test_flags_win_over_the_file_and_a_tables_flags_over_the_keys_they_name(tmp_path: Path) -> None:
+    path = tmp_path / "rmpd.toml"
+    path.write_text("ttl = 3\nsocket_mode = 0o600\ngroups = ['a', 'b']\n[timers]\nrequest_interval = 0.5\n"
+                    "join_retries = 2\n")
+    config = settings_from_flags(["--config", str(path), "--ttl", "4", "--socket-mode", "640", "--groups", "c",
+                                  "--timers", "request_interval=0.9"])
+    assert (config.ttl, config.socket_mode, config.groups) == (4, 0o640, [Membership("c")])
+    assert config.timers == {"request_interval": 0.9, "join_retries": 2}
+
+
+def test_flags_with_a_value_that_cannot_be_the_key_are_refused() -> None:
+    for argv, message in [(["--socket-mode", "rw"], "octal file mode"), (["--timers", "request_interval"],
+                          "NAME=VALUE"), (["--timers", "warp=1"], "unknown timer"),
+                          (["--groups", "{name = "], "not a TOML value")]:
+        with pytest.raises(ConfigError, match=message):
+            settings_from_flags(argv)
 
 
 @pytest.mark.parametrize(("text", "overrides", "message"), [

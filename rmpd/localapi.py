@@ -420,6 +420,18 @@ def rejoining_event(group: str, reason: str) -> dict[str, Any]:
     return {"event": EVENT_REJOINING, "group": group, "reason": reason}
 
 
+STATE_GONE = "gone"
+"""The kind of the state-transfer message (handler ``LIBRARY_HANDLER``, rmpd.client.state) by which a daemon tells
+a group that one of its clients taking part left it."""
+
+
+def state_participant_gone(pid: str, client: int) -> bytes:
+    """The payload a daemon multicasts, totally ordered, when its client ``client`` (the number its ``hello`` was
+    answered with) that joined ``state`` leaves a group the daemon stays in: for the group's programs, that
+    participant's going is what a member's leaving the view is for a daemon's, ordered the same for all."""
+    return msgpack.packb([STATE_GONE, pid, client], use_bin_type=True)
+
+
 def call_request_event(group: str, caller: str, conn: int, stamp: int, handler: int, payload: bytes,
                        view: str) -> dict[str, Any]:
     return {"event": EVENT_REQUEST, "group": group, "caller": caller, "conn": conn, "stamp": stamp,

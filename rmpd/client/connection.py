@@ -62,6 +62,9 @@ class Client:
         self._join_once = JoinOnce()
         self._pid = ""
         """The daemon's process ID (``hello``): the state transfer tells its own requests apart by it."""
+        self._number = 0
+        """This connection's number at the daemon (``hello``): with the process ID, it names this program's offers
+        of state, and the daemon names it when the program leaves a group."""
 
     async def request(self, op: str, **fields: Any) -> dict[str, Any]:
         """Send one request and return its reply; RmpdError carries the daemon's structured error."""
@@ -149,6 +152,8 @@ class Client:
             self._limits = EngineConfig(max_message=int(hello["max_message"]), max_packet=int(hello["max_packet"]))
             self._always_fits = min(self._limits.max_message, self._limits.max_packet, FRAME_ROOM)
         self._pid = str(hello.get("pid", ""))
+        number = hello.get("client")
+        self._number = number if type(number) is int else 0
 
     def _check_size(self, payload: bytes, qos: QoS) -> None:
         if len(payload) <= self._always_fits:  # the common case, on every send and post
@@ -186,6 +191,9 @@ class Client:
 
     def _process_id(self) -> str:
         return self._pid
+
+    def _client_number(self) -> int:
+        return self._number
 
     def _largest_message(self) -> int:
         return min(self._limits.max_message, FRAME_ROOM) if self._limits is not None else FRAME_ROOM

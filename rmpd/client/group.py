@@ -175,6 +175,7 @@ class GroupStatistics:
 
 class Backend(Protocol):
     def _process_id(self) -> str: ...
+    def _client_number(self) -> int: ...
     def _largest_message(self) -> int: ...
     def _spawn(self, task: Callable[[], Awaitable[None]]) -> None: ...
     def _posts_pending(self, group: str) -> int: ...
@@ -247,7 +248,7 @@ class Group:
         if self._state is None:
             backend = self._backend
             self._state = StateTransfer(self.name, backend._process_id(), self._send_library, backend._spawn,
-                                        backend._largest_message())
+                                        backend._largest_message(), backend._client_number())
         self._looking = True
         return self._state
 

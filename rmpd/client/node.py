@@ -244,6 +244,9 @@ class Node:
     def _process_id(self) -> str:
         return self._me
 
+    def _client_number(self) -> int:
+        return 0  # one program per node and group: the process is the participant
+
     def _largest_message(self) -> int:
         return self._config.max_message
 

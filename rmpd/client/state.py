@@ -11,14 +11,16 @@ embedded node give it alike, and every member sees its steps in the same order:
    program has read everything before the request, and multicasts an *offer*.
 3. The first offer delivered, from a member still in the view, wins; its member multicasts the snapshot in
    *chunks*.  Every member sees the same offers, views and chunks in the same order, so all agree on who sends.
-4. If that member leaves the view before its last chunk, the next offer's member (whose snapshot is of the same
-   cut) sends again from the start; the joiner drops the partial state.  With no offer left and none arriving
-   within ``timeout`` the joiner's Group ends with ``state-unavailable``.
+4. If that member leaves the view before its last chunk (or the program leaves the group while its daemon stays:
+   the daemon says so in the order), the next offer's member (whose snapshot is of the same cut) sends again from
+   the start; the joiner drops the partial state.  With no offer left and none arriving within ``timeout`` the
+   joiner's Group ends with ``state-unavailable``.
 
-A joiner alone in its view starts with no state (``State.data`` None).  A membership that ends by itself
-(``Rejoining``) asks again once the process is in a view: it takes the state of the view it joins, as the paper
-has cut-off members rejoin as new ones.  Messages below TOTAL order are not cut: one sent near the cut may be in
-the state and delivered after it too, or in neither.
+Each program is a participant, also where several share one daemon (one process ID). A joiner alone in its view,
+with no other program of its daemon that joined with ``state``, starts with no state (``State.data`` None). A
+membership that ends by itself (``Rejoining``) asks again once the process is in a view: it takes the state of the
+view it joins, as the paper has cut-off members rejoin as new ones. Messages below TOTAL order are not cut: one sent
+near the cut may be in the state and delivered after it too, or in neither.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from typing import Any
 import msgpack
 import trio
 
+from rmpd.localapi import STATE_GONE
 from rmpd.protocol.qos import QoS
 from rmpd.protocol.view import LIBRARY_HANDLER
 
@@ -49,11 +52,12 @@ its state left) before its Group ends with ``state-unavailable``."""
 
 STATE_QOS = QoS.TOTAL
 
-REQUEST, OFFER, CHUNK = "req", "offer", "chunk"
+REQUEST, OFFER, CHUNK, GONE = "req", "offer", "chunk", STATE_GONE
 SHAPES: dict[str, tuple[type, ...]] = {
     REQUEST: (str, str, int),  # kind, requester, request number
-    OFFER: (str, str, int, int),  # ..., offer number
+    OFFER: (str, str, int, int),  # ..., offer number: the offering program's number in its process
     CHUNK: (str, str, int, int, int, int, bytes),  # ..., chunk index, chunk count, bytes
+    GONE: (str, str, int),  # kind, member, program number: a daemon's client that took part left the group
 }
 
 
@@ -67,7 +71,7 @@ def decode(payload: bytes) -> list[Any] | None:
         fields = msgpack.unpackb(payload, raw=False, max_array_len=8, max_map_len=0, strict_map_key=True)
     except (ValueError, msgpack.ExtraData, msgpack.FormatError, msgpack.StackError):
         return None
-    if not isinstance(fields, list) or not fields or fields[0] not in (REQUEST, OFFER, CHUNK):
+    if not isinstance(fields, list) or not fields or fields[0] not in SHAPES:
         return None
     shape = SHAPES[fields[0]]
     if len(fields) != len(shape) or not all(type(value) is kind for value, kind in zip(fields, shape, strict=True)):
@@ -76,7 +80,8 @@ def decode(payload: bytes) -> list[Any] | None:
 
 
 Offerer = tuple[str, int]
-"""An offer's member (process ID) and offer number: several programs on one daemon share a process ID."""
+"""An offer's member (process ID) and the offering program's number in it (the daemon's number for its client; 0
+on an embedded node): several programs on one daemon share a process ID."""
 
 
 @dataclass(slots=True)
@@ -113,9 +118,12 @@ class StateTransfer:
     """One Group's part in its state transfers: asking, offering and sending, driven by the events its program
     reads, in the order the group delivered them (``look_at``)."""
 
-    def __init__(self, group: str, me: str, send: SendControl, spawn: Spawn, largest_message: int) -> None:
+    def __init__(self, group: str, me: str, send: SendControl, spawn: Spawn, largest_message: int,
+                 number: int = 0) -> None:
         self.group = group
         self.me = me
+        self.number = number
+        """This program's number in its process: with ``me``, what names its offers."""
         self._send = send
         self._spawn = spawn
         self._largest = largest_message
@@ -251,6 +259,8 @@ class StateTransfer:
         kind, requester, rid = fields[0], fields[1], fields[2]
         if kind == REQUEST:
             return self._request(event.source, requester, rid)
+        if kind == GONE:
+            return self._participant_gone(event.source, (requester, rid))
         transfer = self.transfers.get(rid)
         if transfer is None:
             return []
@@ -271,9 +281,22 @@ class StateTransfer:
             asking.cut = True
             asking.deadline = trio.current_time() + self.timeout
         elif self.provider is not None and self.complete:
-            offer = secrets.randbits(62)
+            offer = self.number
             transfer.snapshot = (offer, bytes(self.provider()))
             self._spawn(lambda: self._send_quietly(encode(OFFER, requester, rid, offer)))
+        return []
+
+    def _participant_gone(self, source: str, gone: Offerer) -> list[Event]:
+        """A program of another member's process left the group while its process stays in the view: its offers
+        are never picked, and a transfer it was sending goes on from the next offer, as when a member leaves."""
+        if source != gone[0]:
+            self.dropped += 1
+            return []
+        for rid, transfer in list(self.transfers.items()):
+            if transfer.sender == gone:
+                self._next_sender(rid, transfer)
+            else:
+                transfer.left.add(gone)
         return []
 
     def _next_sender(self, rid: int, transfer: Transfer) -> None:

@@ -46,7 +46,9 @@ from rmpd.protocol.events import (
 from rmpd.protocol.ids import view_name
 from rmpd.protocol.limits import BadArgument
 from rmpd.protocol.process import NotMember
+from rmpd.protocol.qos import QoS
 from rmpd.protocol.status import GroupStatus
+from rmpd.protocol.view import LIBRARY_HANDLER
 from rmpd.runtime.adapter import OVERRUN_GRACE, Application, LockBusy, LockRequests, OwnMessages
 from rmpd.runtime.loop import ProcessLoop
 
@@ -234,6 +236,19 @@ class Hub:
             del self.attached[group]
             if group not in self.persistent and not self.shutting_down:
                 self._leave_group(group)
+        if group in session.state_groups:
+            self._state_participant_gone(session, group)
+
+    def _state_participant_gone(self, session: Session, group: str) -> None:
+        """A client taking part in the group's state transfer left it while the daemon stays a member: the group's
+        programs are told in the total order, as of a member leaving the view, so that a transfer it was sending
+        goes on from the next offer everywhere alike instead of waiting for its chunks."""
+        session.state_groups.discard(group)
+        if self.shutting_down or not self.loop.is_member(group):
+            return  # the daemon leaves: the view that follows says so
+        notice = localapi.state_participant_gone(self.loop.pid, session.id)
+        with contextlib.suppress(NotMember, BadArgument), self.loop.one_step():
+            self.loop.send_many(group, [notice], QoS.TOTAL, LIBRARY_HANDLER)
 
     def _leave_group(self, group: str) -> None:
         with contextlib.suppress(NotMember):
@@ -287,7 +302,7 @@ class Hub:
     def _op_hello(self, session: Session, request: Request) -> dict[str, Any]:
         limits = self.loop.process.config  # a client checks each message against these before batching it
         return {"pid": self.loop.pid, "version": 1, "max_message": limits.max_message,
-                "max_packet": limits.max_packet}
+                "max_packet": limits.max_packet, "client": session.id}
 
     def _op_status(self, session: Session, request: Request) -> dict[str, Any] | None:
         if request.all:

@@ -408,3 +408,37 @@ async def test_three_programs_on_one_daemon_and_two_on_another_end_equal_under_f
             assert all(r.data == reference for r in replicas), [
                 (r.data.get("applied"), len(r.data)) for r in replicas]
             nursery.cancel_scope.cancel()
+
+
+async def test_a_program_that_leaves_mid_transfer_while_its_daemon_stays_is_followed_by_the_next_offer(
+        daemons, tmp_path) -> None:
+    """Two programs of one daemon provide the state; the one sending it to a joiner on another daemon closes its
+    connection mid-transfer.  The view does not change, yet the other program sends the state, as when a member
+    leaves the view."""
+    name = unique("st-program-gone")
+    config = tmp_path / "state.toml"
+    config.write_text(DAEMON_CONFIG)
+    shared, other = daemons("s1", config=config), daemons("s2", config=config)
+    with trio.fail_after(40):
+        async with trio.open_nursery() as nursery:
+            providers = [await start_member(nursery, None, name, blob=True, shared=shared) for _ in range(2)]
+            sent_before = [r.group.statistics().state_chunks_sent for r, _ in providers]
+            await providers[0][0].group.send(msgpack.packb(["a", 1]))
+            joiner, _ = await start_member(nursery, None, name, settled=False, shared=other)
+            sending = None
+            with trio.move_on_after(20):
+                while sending is None:
+                    sending = next((index for index, (r, _) in enumerate(providers)
+                                    if 0 < r.group.statistics().state_chunks_sent - sent_before[index] < BLOB // CHUNK),
+                                   None)
+                    await trio.sleep(0.001)
+            assert sending is not None, "no provider sent state chunks"
+            providers[sending][1].kill()
+            survivor = providers[1 - sending][0]
+            await wait_until(lambda: bool(joiner.states), 20, lambda: "the joiner has no state")
+            assert joiner.states[0].data is not None
+            await survivor.group.send(msgpack.packb(["b", 2]))
+            await wait_until(lambda: joiner.data.get("b") == 2 and survivor.data.get("b") == 2, 10,
+                             lambda: f"joiner {sorted(joiner.data)}, survivor {sorted(survivor.data)}")
+            assert joiner.data == survivor.data and joiner.data["a"] == 1
+            nursery.cancel_scope.cancel()

@@ -193,7 +193,9 @@ class Simulation:
         self.hosts = [f"10.0.{i // 250}.{i % 250 + 1}" for i in range(total)]
         self.caller = total - 1 if config.calls else None
         """The slot of the non-member that calls the group (never joins it)."""
-        self.calls_run: Counter[tuple[str, int, int]] = Counter()
+        self.calls_run: Counter[bytes] = Counter()
+        """Runs per call, by its payload (each call's is unique): a call sent again under a fresh stamp (after a
+        probe) is still one call."""
         self.call_answers: Counter[int] = Counter()
         self.calls_replied = 0
         self.calls_failed: Counter[str] = Counter()
@@ -450,7 +452,7 @@ class Simulation:
         assert proc is not None
         for event in events:
             if isinstance(event, CallRequest):
-                key = (event.caller, event.conn, event.stamp)
+                key = event.payload
                 self.calls_run[key] += 1
                 if self.calls_run[key] > 1:
                     self.checker.fail("call-at-most-once", f"{key} ran {self.calls_run[key]} times, the last at "

@@ -37,7 +37,6 @@ def payload_of(row: dict) -> bytes:
 def test_bytes_that_are_not_utf8_go_out_and_come_back_exactly(daemons, tmp_path: Path) -> None:
     d = daemons()
     group = unique("bytes")
-    d.rmp("join", group)
     out = tmp_path / "listen.jsonl"
     listener = start_listener(d, group, 4, out)
     sent = [b"caf\xe9", b"\xff", b"\\xff", "café".encode()]  # Latin-1, a lone 0xFF, its escape as text, UTF-8
@@ -60,7 +59,6 @@ def test_packed_messages_are_told_apart_by_their_index(daemons, tmp_path: Path) 
     """Posted in a burst, small messages travel many to a packet and share its seq; (src, seq, index) names each."""
     d = daemons()
     group = unique("packed")
-    d.rmp("join", group)
     total = 400
     out = tmp_path / "listen.jsonl"
     listener = start_listener(d, group, total, out)

@@ -9,6 +9,7 @@ import errno
 import inspect
 import logging
 from collections import Counter
+from functools import partial
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -48,7 +49,7 @@ def run(
         typer.echo(f"rmpd: {exc}", err=True)
         raise typer.Exit(2) from None
     try:
-        trio.run(run_daemon, settings, guard)
+        trio.run(run_daemon, settings, guard, partial(load_settings, dict(ctx.params)))
     except (SocketInUse, LatestStoreError, MembershipFileError, MetricsAddressError) as exc:
         typer.echo(f"rmpd: {exc}", err=True)
         raise typer.Exit(1) from None

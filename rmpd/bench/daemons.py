@@ -42,7 +42,7 @@ class DaemonProcess:
 
     def __init__(self, workdir: Path, name: str, *, bind: str = "127.0.0.1", journal: Path | None = None,
                  extra: list[str] | None = None, netns: str | None = None, config: Path | None = None,
-                 socket_path: Path | None = None, log_level: str = "info", ready_timeout: float = 15.0,
+                 socket_path: Path | None = None, log_level: str | None = "info", ready_timeout: float = 15.0,
                  port: int = 0) -> None:
         """``port``: 0 for any free one; a restart on the same port keeps the process ID.  SCMP's ``latest`` and
         the recorded memberships go to ``workdir/NAME.state`` (one per name, so a restarted daemon finds its own), and
@@ -55,8 +55,10 @@ class DaemonProcess:
         self.notify = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
         self.notify.bind(str(self.notify_path))
         self.state_dir = workdir / f"{name}.state"
-        args = [RMPD, "--bind", bind, "--port", str(port), "--socket", str(self.socket), "--log-level", log_level,
-                "--state-dir", str(self.state_dir)]
+        args = [RMPD, "--bind", bind, "--port", str(port), "--socket", str(self.socket), "--state-dir",
+                str(self.state_dir)]
+        if log_level is not None:  # None: the config's, which a reload may change
+            args += ["--log-level", log_level]
         if journal is not None:
             args += ["--journal", str(journal)]
         if config is not None:

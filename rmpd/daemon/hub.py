@@ -144,6 +144,8 @@ class Hub:
         self.overrun_frames = overrun_frames
         self.metrics_address: str | None = None
         """Where the daemon serves its Prometheus metrics (``host:port``), when it does."""
+        self.last_reload: dict[str, Any] | None = None
+        """What the last reload (SIGHUP) applied and did not (rmpd.daemon.reload.ReloadReport), for status."""
         loop.metrics.extra.append(self._client_metrics)
         self.gatherer = StatusGatherer(loop, lambda group: self.attached.get(group, ()), self.stats)
         """``rmp status G --all``: this daemon's gatherings, and its answers to other members'."""
@@ -160,17 +162,40 @@ class Hub:
         wanted = {**recorded, **{m.group: m for m in configured}}
         with self.loop.one_step():
             for membership in wanted.values():
-                group = membership.group
-                self.persistent.add(group)
-                min_partition = (localapi.DEFAULT_MIN_PARTITION if membership.min_partition is None
-                                 else membership.min_partition)
-                try:
-                    self.app.join(group, KeptReply(group), ttl=membership.ttl, min_partition=min_partition)
-                except ValueError as exc:  # a name this daemon's address range cannot take
-                    self.persistent.discard(group)
-                    log.error("cannot rejoin %s: %s", group, exc)
+                self._keep(membership)
         if wanted:
             log.info("rejoining %d kept group(s): %s", len(wanted), ", ".join(sorted(wanted)))
+
+    def reload_kept(self, configured: list[Membership], recorded: dict[str, Membership]) -> tuple[list[str], list[str]]:
+        """A reload (SIGHUP): keep the groups the config and the kept file list now, as a start would.  A group
+        newly listed is joined; one no longer listed is no longer kept, and left unless a client uses it.  A group
+        kept before and still listed is not touched (a changed ``min_partition`` or ``ttl`` applies at its next
+        join).  Returns the groups joined and those no longer kept."""
+        self.recorded = dict(recorded)
+        self._unconfirmed &= recorded.keys()
+        wanted = {**recorded, **{m.group: m for m in configured}}
+        added = sorted(group for group in wanted if group not in self.persistent)
+        dropped = sorted(self.persistent - wanted.keys())
+        with self.loop.one_step():
+            for group in dropped:
+                self.persistent.discard(group)
+                if not self.attached.get(group):
+                    self._leave_group(group)
+            for group in added:
+                self._keep(wanted[group])
+        return added, dropped
+
+    def _keep(self, membership: Membership) -> None:
+        """Be a member of the group on the operator's behalf, with no client: join it unless a member already."""
+        group = membership.group
+        self.persistent.add(group)
+        min_partition = (localapi.DEFAULT_MIN_PARTITION if membership.min_partition is None
+                         else membership.min_partition)
+        try:
+            self.app.join(group, KeptReply(group), ttl=membership.ttl, min_partition=min_partition)
+        except ValueError as exc:  # a name this daemon's address range cannot take
+            self.persistent.discard(group)
+            log.error("cannot rejoin %s: %s", group, exc)
 
     def _record(self, membership: Membership) -> None:
         """A persistent join: keep the membership for the next start, durably, before the join goes ahead, so an
@@ -335,7 +360,7 @@ class Hub:
         counters.update({f"hub_{k}": v for k, v in self.stats.items()})
         return {"pid": self.loop.pid, "socket": self.socket_path, "groups": groups,
                 "clients": len(self.sessions), "auth": self.loop.guard.describe(), "counters": counters,
-                "metrics": self.metrics_address}
+                "metrics": self.metrics_address, "reload": self.last_reload}
 
     def _client_metrics(self) -> list[Metric]:
         """The local clients and what waits for them, for the metrics endpoint (read when scraped)."""

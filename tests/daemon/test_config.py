@@ -279,6 +279,7 @@ def test_the_unit_as_installed_by_install_systemd_verifies_and_its_command_runs(
     assert helped.returncode == 0 and "rmp" in helped.stdout, helped.stderr
     text = unit.read_text()
     assert "Type=notify" in text and "RuntimeDirectory=rmpd" in text
+    assert "ExecReload=-/bin/kill -HUP $MAINPID" in text  # SIGHUP reloads (tests/daemon/test_stopping.py)
     documented = next(line for line in text.splitlines() if line.startswith("Documentation=file://"))
     assert (root / documented.removeprefix("Documentation=file:///")).is_file()
     exec_start = next(line for line in text.splitlines() if line.startswith("ExecStart=")).removeprefix("ExecStart=")

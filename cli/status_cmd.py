@@ -72,6 +72,10 @@ def status(
         console.print(f"group traffic {mode} with key {auth['key_id']}", highlight=False)
     for source, count in (auth.get("unverified_sources") or {}).items():
         console.print(f"[yellow]{count} datagram(s) from {source} could not be verified[/yellow]")
+    other_form = "signed but not encrypted" if auth.get("encrypt") else "encrypted"
+    for source, count in (auth.get("mismatched_sources") or {}).items():
+        console.print(f"[yellow]{count} datagram(s) from {source} refused: {other_form} under this key, and every "
+                      f"member of a group must have the same encrypt setting[/yellow]")
     for g in reply["groups"]:
         console.print(_group_block(g))
     if not reply["groups"]:

@@ -213,6 +213,8 @@ def test_mixed_encrypt_settings_form_no_group_and_nothing_goes_out_in_clear(daem
     assert status["auth"]["encrypt"]
     assert set(status["auth"]["mismatched_sources"]) == {d.pid for d in signing}  # their join requests
     assert status["counters"]["auth_rejected_encryption_mismatch"] > 0
+    shown = one_line(encrypting.rmp("status").stdout)
+    assert "group traffic encrypted" in shown and "refused: signed but not encrypted" in shown, shown
     from_encrypting = [data for data, src in datagrams if src == encrypting.pid]
     assert len(from_encrypting) > 10 and all(data[:2] == b"RE" for data in from_encrypting)
     assert not any(b"tick" in data or b"plain words" in data for data, _ in datagrams)

@@ -37,7 +37,8 @@ def run(
                                                 help="TOML file; flags override its keys.")] = None,
     **flags: Any,
 ) -> None:
-    """Run the daemon until SIGTERM, which leaves every group and exits 0.  With no options: loopback."""
+    """Run the daemon until SIGTERM, which leaves every group and exits 0; SIGHUP reloads the config (log level,
+    kept groups, metrics).  With no options: loopback."""
     if ctx.invoked_subcommand is not None:
         return
     try:

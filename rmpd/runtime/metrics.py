@@ -182,6 +182,14 @@ class _LoopCollector(Collector):
             rotations.add_metric([group], list(zip(bounds, cumulative, strict=True)), total)
         yield from gauges.values()
         yield rotations
+        quorate = GaugeMetricFamily("rmpd_group_quorate", "1 while the group goes on here (in a view its reformation, "
+                                    "if one runs, has not found below the minimum partition), else 0: joining, "
+                                    "below the minimum, blocked or rejoining.", labels=["group"])
+        for group in loop.groups():
+            quorum = loop.quorum(group)
+            if quorum is not None:
+                quorate.add_metric([group], 1 if quorum.quorate else 0)
+        yield quorate
         for extra in metrics.extra:
             yield from extra()
 

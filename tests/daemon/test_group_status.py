@@ -25,6 +25,7 @@ from rmpd.runtime.auth import generate_key_file
 
 from .harness import Daemon, unique, wait_for
 from .test_local_api import RawClient
+from .test_metrics import samples, scrape
 
 FAST_FAILURE = """[timers]
 request_interval = 0.1
@@ -130,12 +131,15 @@ def test_status_shows_a_group_blocked_below_its_minimum_partition(daemons, tmp_p
     config = tmp_path / "fast-failure.toml"
     config.write_text(FAST_FAILURE)
     group = unique("blocked")
-    first, second = daemons(config=config), daemons(config=config)
+    first, second = daemons(config=config, extra=["--metrics", "127.0.0.1:0"]), daemons(config=config)
     first.rmp("join", group, "--min-partition", "all")
     second.rmp("join", group)
     wait_for(lambda: all(len(d.members(group)) == 2 for d in (first, second)), 20, "a view of two")
     wait_for(lambda: group_of(first, group)["quorum"] == {"state": "operational", "quorate": True, "members": 2,
                                                           "needed": 2}, 10, "a quorate view of two")
+    metrics = first.status()["metrics"]
+    assert [value for labels, value in samples(scrape(metrics), "rmpd_group_quorate") if labels["group"] == group] \
+        == [1.0]
     second.stop(signal.SIGKILL)
     blocked = wait_for(lambda: (g := group_of(first, group))["quorum"]["state"] == "blocked" and g, 20,
                        "the survivor blocked below its minimum partition")
@@ -143,6 +147,8 @@ def test_status_shows_a_group_blocked_below_its_minimum_partition(daemons, tmp_p
     assert blocked["view"] is None
     text = first.rmp("status", group).stdout
     assert "BLOCKED below the minimum partition" in " ".join(text.split())
+    assert [value for labels, value in samples(scrape(metrics), "rmpd_group_quorate") if labels["group"] == group] \
+        == [0.0]
 
 
 def test_status_all_lists_every_member_and_marks_a_killed_one(daemons, tmp_path: Path) -> None:

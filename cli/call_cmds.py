@@ -14,6 +14,7 @@ import trio
 import typer
 
 from rmpd.client import Client
+from rmpd.protocol.calls import DEFAULT_CALL_TIMEOUT
 from rmpd.protocol.qos import QoS
 
 from .client_common import JsonOption, emit_json, err, run_with_client
@@ -29,7 +30,8 @@ def call(
     handler: Annotated[int, typer.Option(min=0, max=5, help="Handler lock whose holder answers.")] = 0,
     no_handler: Annotated[bool, typer.Option(
         "--no-handler", help="Deliver the message to every member instead (no reply; waits for delivery).")] = False,
-    timeout: Annotated[float, typer.Option(min=0.001, max=3600, help="Seconds to wait for the answer.")] = 5.0,
+    timeout: Annotated[float, typer.Option(min=0.001, max=3600,
+                                           help="Seconds to wait for the answer.")] = DEFAULT_CALL_TIMEOUT,
     json_out: Annotated[bool, JsonOption] = False,
 ) -> None:
     """Call GROUP once and print the reply (exit 1 with the reason when the call fails)."""
@@ -60,6 +62,8 @@ def serve(
     handler: Annotated[int, typer.Option(min=0, max=5, help="Handler lock to take and serve.")] = 0,
     count: Annotated[int | None, typer.Option(min=1, help="Stop after serving N calls.")] = None,
     command_timeout: Annotated[float, typer.Option(min=0.001, help="Seconds a run of COMMAND may take.")] = 60.0,
+    json_out: Annotated[bool, typer.Option("--json", help="One JSON object per line on stdout: when serving "
+                                                          "starts, then one per call served.")] = False,
 ) -> None:
     """Join GROUP, take handler lock N, and answer every call to it by running COMMAND."""
     if not command:
@@ -68,14 +72,23 @@ def serve(
     async def body(client: Client) -> int:
         member = await client.join(group)
         await member.lock(handler)
-        err.print(f"serving {group} handler {handler} with: {' '.join(command)}", highlight=False)
+        if json_out:
+            emit_json({"event": "serving", "group": group, "handler": handler, "view": member.view,
+                       "command": command})
+        else:
+            err.print(f"serving {group} handler {handler} with: {' '.join(command)}", highlight=False)
         served = 0
         async for request in member.requests(handler):
-            result = await trio.to_thread.run_sync(_run, command, request.payload, command_timeout)
+            result, ok = await trio.to_thread.run_sync(_run, command, request.payload, command_timeout)
             await request.reply(result)
             served += 1
-            err.print(f"served call {served} from {request.caller} ({len(request.payload)} B in, {len(result)} B "
-                      "out)", highlight=False)
+            if json_out:
+                emit_json({"event": "served", "group": group, "served": served, "caller": request.caller,
+                           "conn": request.conn, "stamp": request.stamp, "request_bytes": len(request.payload),
+                           "reply_bytes": len(result), "ok": ok})
+            else:
+                err.print(f"served call {served} from {request.caller} ({len(request.payload)} B in, "
+                          f"{len(result)} B out)", highlight=False)
             if count is not None and served >= count:
                 break
         await member.leave()
@@ -84,14 +97,15 @@ def serve(
     run_with_client(ctx, body)
 
 
-def _run(command: list[str], payload: bytes, timeout: float) -> bytes:
-    """Run ``command`` with ``payload`` on stdin; its stdout is the reply (a failure is reported on stderr)."""
+def _run(command: list[str], payload: bytes, timeout: float) -> tuple[bytes, bool]:
+    """Run ``command`` with ``payload`` on stdin; its stdout is the reply, and whether it exited 0 (a failure is
+    reported on stderr)."""
     try:
         done = subprocess.run(command, input=payload, capture_output=True, timeout=timeout, check=False)
     except (OSError, subprocess.TimeoutExpired) as exc:
         err.print(f"[red]command failed:[/red] {exc}", highlight=False)
-        return b""
+        return b"", False
     if done.returncode != 0:
         err.print(f"[yellow]command exited {done.returncode}[/yellow]: "
                   f"{done.stderr.decode('utf-8', 'replace').strip()[:200]}", highlight=False)
-    return done.stdout
+    return done.stdout, done.returncode == 0

@@ -17,7 +17,7 @@ import trio
 
 from rmpd import localapi
 from rmpd.localapi import DEFAULT_MAX_FRAME, FrameError, FrameReader, client_socket_path, encode_frame, qos_of
-from rmpd.protocol.calls import CALL_ERRORS, CALL_GRACE
+from rmpd.protocol.calls import CALL_ERRORS, CALL_GRACE, DEFAULT_CALL_TIMEOUT
 from rmpd.protocol.config import EngineConfig
 from rmpd.protocol.limits import MessageTooLarge, check_message_size
 from rmpd.protocol.qos import QoS
@@ -170,7 +170,8 @@ class Client:
     async def status(self) -> dict[str, Any]:
         return await self.request("status")
 
-    async def call(self, group: str, payload: bytes, *, handler: int | None = 0, timeout: float = 5.0,
+    async def call(self, group: str, payload: bytes, *, handler: int | None = 0,
+                   timeout: float = DEFAULT_CALL_TIMEOUT,
                    qos: QoS = QoS.TOTAL) -> bytes | None:
         """Call ``group`` without joining it: the member holding ``handler``'s lock runs the call at most once and
         its reply is returned (None for ``handler=None``: the call was delivered to every member).  RmpdError

@@ -21,7 +21,7 @@ import trio
 from prometheus_client import CollectorRegistry
 
 from rmpd.localapi import BAD_REQUEST, DEFAULT_MIN_PARTITION, parse_min_partition
-from rmpd.protocol.calls import CALL_ERRORS, CALL_GRACE
+from rmpd.protocol.calls import CALL_ERRORS, CALL_GRACE, DEFAULT_CALL_TIMEOUT
 from rmpd.protocol.config import EngineConfig
 from rmpd.protocol.events import CallAnswered, Delivered, JoinFailed, Left, LockResult, ViewInstalled
 from rmpd.protocol.events import CallRequest as EngineCallRequest
@@ -307,7 +307,8 @@ class Node:
     def _posts_pending(self, group: str) -> int:
         return self._poster.pending(group)
 
-    async def call(self, group: str, payload: bytes, *, handler: int | None = 0, timeout: float = 5.0,
+    async def call(self, group: str, payload: bytes, *, handler: int | None = 0,
+                   timeout: float = DEFAULT_CALL_TIMEOUT,
                    qos: QoS = QoS.TOTAL) -> bytes | None:
         """Call ``group`` without joining it (see :meth:`rmpd.client.Client.call`)."""
         check_group_name_here(group)

@@ -33,6 +33,10 @@ CALL_ERRORS = {
 }
 """Error codes a call can end with, and what they mean."""
 
+DEFAULT_CALL_TIMEOUT = 10.0
+"""Seconds a call waits for its answer unless told otherwise: enough for a group that is just forming to answer
+(3 s to form with the default join settings, then about 1 s until a new group's floor lets a fresh stamp in)."""
+
 CALL_GRACE = 0.5
 """Seconds a caller's library waits past a call's timeout for the answer before it reports the timeout itself: the
 process answers every call by its deadline, and this bounds the wait if that answer is lost on the way."""

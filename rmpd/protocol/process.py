@@ -25,7 +25,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from .calls import Caller
+from .calls import DEFAULT_CALL_TIMEOUT, Caller
 from .config import EngineConfig
 from .engine import Backoff, GroupEngine, Rng
 from .events import Event, JoinFailed, Left, SendRefused, Transmit
@@ -224,7 +224,8 @@ class RmpProcess:
         self._collect(now)
         return seqs
 
-    def call(self, group: str, payload: bytes, now: float, *, handler: int | None = 0, timeout: float = 5.0,
+    def call(self, group: str, payload: bytes, now: float, *, handler: int | None = 0,
+             timeout: float = DEFAULT_CALL_TIMEOUT,
              qos: QoS | None = None) -> int:
         """Call ``group`` as a non-member (no join needed); a :class:`CallAnswered` event with this ID follows.
         BadArgument (MessageTooLarge for a payload over one packet) before anything is sent or kept."""

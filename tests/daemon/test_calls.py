@@ -4,6 +4,7 @@ at-most-once, multi-RPC)."""
 
 from __future__ import annotations
 
+import json
 import signal
 import socket
 import subprocess
@@ -217,3 +218,22 @@ def test_a_call_nobody_serves_ends_by_its_timeout(daemons) -> None:
         assert code == "call-timeout" and timeout <= took + 0.05 and took <= timeout + 1.0, (timeout, code, took)
     result = caller.rmp("call", unique("nobody"), "x", "--timeout", "0.5", check=False, timeout=20)
     assert result.returncode == 1 and "call-timeout" in result.stderr
+
+
+def test_rmp_serve_json_prints_one_object_when_serving_and_one_per_call(daemons) -> None:
+    member = daemons("m")
+    group = unique("json")
+    proc = subprocess.Popen([RMP, "--socket", str(member.socket), "serve", group, "--json", "--count", "1", "--",
+                             "tr", "a-z", "A-Z"], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        serving = json.loads(proc.stdout.readline())
+        assert (serving["event"], serving["group"], serving["handler"]) == ("serving", group, 0), serving
+        assert serving["command"] == ["tr", "a-z", "A-Z"] and serving["view"]
+        assert member.rmp("call", group, "hi").stdout == "HI"
+        served = json.loads(proc.stdout.readline())
+        assert (served["event"], served["served"], served["ok"], served["request_bytes"], served["reply_bytes"]) \
+            == ("served", 1, True, 2, 2), served
+        assert served["caller"] == member.pid and proc.wait(30) == 0
+    finally:
+        proc.kill()

@@ -220,10 +220,12 @@ def _watch(ctx: typer.Context, interval: float, count: int) -> None:
 def _watch_view(reply: dict, previous: tuple[float, dict[str, int]] | None, now: float) -> Group:
     head = Text(f"rmpd {reply['pid']}  clients {reply['clients']}", style="bold")
     groups = Table(box=None, pad_edge=False)
-    for column in ("group", "members", "view"):
+    for column in ("group", "members", "view", "quorum"):
         groups.add_column(column, overflow="fold")
     for g in reply["groups"]:
-        groups.add_row(g["group"], "\n".join(g["members"]) or "-", g["view"] or "(joining)")
+        quorum = g.get("quorum") or {}
+        groups.add_row(g["group"], "\n".join(g["members"]) or "-", g["view"] or "(joining)",
+                       Text(str(quorum.get("state", "-")), style="" if quorum.get("quorate") else "bold red"))
     rates = Table(box=None, pad_edge=False)
     rates.add_column("per second")
     rates.add_column("", justify="right")

@@ -123,6 +123,8 @@ def test_status_shows_the_address_the_local_clients_and_that_the_group_is_quorat
     text = d.rmp("status", group).stdout
     assert f"{address}:{port}" in text and "quorate" in text
     assert f"pid {os.getpid()}, uid {os.getuid()}" in text
+    watched = d.rmp("status", "--watch", "--count", "1").stdout
+    assert group in watched and "operational" in watched
 
 
 def test_status_shows_a_group_blocked_below_its_minimum_partition(daemons, tmp_path: Path) -> None:

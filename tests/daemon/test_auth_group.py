@@ -238,3 +238,19 @@ def test_an_encrypting_daemon_does_not_join_a_group_that_only_signs(daemons, tmp
     status = encrypting.status()
     assert status["groups"] == [] and status["auth"]["encrypt"]
     assert signing.members(group) == [signing.pid]
+
+
+async def test_an_embedded_node_without_the_key_is_told_the_group_needs_one(daemons, tmp_path: Path) -> None:
+    import trio
+
+    import rmpd
+
+    d = daemons(extra=["--auth-key", str(keygen(tmp_path / "group.key"))])
+    group = unique("keyed")
+    d.rmp("join", group)
+    with trio.fail_after(60):
+        async with rmpd.Node(interface="lo", port=0) as node:
+            with pytest.raises(rmpd.RmpdError) as refused:
+                await node.join(group)  # not only --existing: it must not found a second group beside the first
+            assert refused.value.code == "auth-required", refused.value
+            assert node.pid not in d.members(group)

@@ -179,7 +179,7 @@ def _members_table(reply: dict, common_view: str | None) -> Table:
             str(row["pid"]),
             Text(str(quorum.get("state", "?")), style="" if quorum.get("quorate") else "bold red"),
             "same" if view is not None and str(view) == common_view else str(view or "-"),
-            str(len(members)),
+            str(row.get("member_count", len(members))),
             "\n".join(f"pid {c.get('pid', '?')} uid {c.get('uid', '?')}" for c in clients if isinstance(c, dict))
             or "-",
             str(counters.get("delivered", "?")),

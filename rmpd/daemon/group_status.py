@@ -28,6 +28,8 @@ if TYPE_CHECKING:  # `rmp status` reads the limits below without loading the dae
 
 REPORTED_CLIENTS = 64
 """Local clients a report lists at most (their number is always given): a report must fit one datagram."""
+REPORTED_MEMBERS = 512
+"""Members of its view a report lists at most (their number is always given), for the same reason."""
 REPORTED_COUNTERS = ("delivered", "sent", "received", "data_retransmits", "gap_nacks_sent", "reformations")
 """The membership's counters a report carries (the local status has them all)."""
 DEFAULT_GATHER_TIMEOUT = 2.0
@@ -79,7 +81,8 @@ def member_row(loop: ProcessLoop, group: str, sessions: Iterable[Session]) -> di
     return {
         "pid": loop.pid,
         "view": str(view.view_id) if view is not None else None,
-        "members": list(view.members) if view is not None else [],
+        "members": list(view.members[:REPORTED_MEMBERS]) if view is not None else [],
+        "member_count": view.size if view is not None else 0,
         "min_partition": min_partition_name(view.min_partition) if view is not None else None,
         "quorum": details["quorum"],
         "address": details["address"],

@@ -80,7 +80,12 @@ class StatusQueries:
         if asker == self.pid:
             self._reported(query, group, self.pid, report)
             return
-        self.out.datagrams.append(Transmit(asker, encode(StatusReport(group, self.pid, query, report))))
+        try:
+            data = encode(StatusReport(group, self.pid, query, report))
+        except ValueError:  # over one datagram: the application's report must be smaller
+            self.stats["status_reports_too_large"] += 1
+            return
+        self.out.datagrams.append(Transmit(asker, data))
         self.stats["status_queries_answered"] += 1
 
     def received_report(self, packet: StatusReport, source: ProcessId) -> None:

@@ -86,6 +86,8 @@ def test_queries_are_answered_only_in_the_group_and_at_a_bounded_rate() -> None:
     assert out.take_datagrams() == [Transmit("10.0.0.9:7000", encode(StatusReport("g", "10.0.0.1:7000", 0, b"row")))]
     queries.received_query(StatusQuery("g", "10.0.0.2:7000", 99), "10.0.0.2:7000", in_group=True, now=1.0)
     assert len(out.take_events()) == 1  # the allowance came back with time
+    queries.answer("10.0.0.9:7000", "g", 99, bytes(70_000))  # over one datagram: dropped and counted
+    assert out.take_datagrams() == [] and stats["status_reports_too_large"] == 1
 
 
 @pytest.mark.parametrize("report", [b"", b"\xc1", msgpack.packb([1, 2]), msgpack.packb({1: 2})])

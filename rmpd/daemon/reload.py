@@ -47,7 +47,8 @@ class ReloadReport:
     applied: list[str] = field(default_factory=list)
     """Keys whose new value took effect."""
     not_applied: list[str] = field(default_factory=list)
-    """Keys changed in the config that take effect only at the next start."""
+    """Keys changed in the config that take effect only at the next start (and kept groups whose settings
+    changed, which take effect when the group is joined again)."""
     errors: list[str] = field(default_factory=list)
     """What went wrong (the config or the kept groups file unreadable, a metrics address that cannot be served)."""
 
@@ -133,11 +134,16 @@ class Reloader:
         except MembershipFileError as exc:
             report.errors.append(f"kept groups not reloaded, kept as they were: {exc}")
         else:
+            before = {**self.hub.recorded, **{m.group: m for m in self.running.groups}}
             joined, dropped = self.hub.reload_kept(read.groups, recorded)
             if joined or dropped:
                 report.applied.append("groups")
                 log.info("reload: joining %s; no longer keeping %s", ", ".join(joined) or "no group",
                          ", ".join(dropped) or "any group")
+            now = {**recorded, **{m.group: m for m in read.groups}}
+            report.not_applied += [f"groups: {group}'s min_partition or ttl (at its next join)"
+                                   for group in sorted(before.keys() & now.keys())
+                                   if before[group] != now[group] and group in self.hub.persistent]
         metrics = self.running.metrics
         if read.metrics != self.running.metrics:
             try:

@@ -53,12 +53,12 @@ def test_sighup_applies_the_log_level_and_kept_groups_and_keeps_the_daemon_and_i
              and d.members(dropped) == [d.pid], 20, "the kept groups and a view of two")
     views = {group: groups_of(d)[group]["view"] for group in (stays, talk)}
 
-    config.write_text(f"log_level = 'warning'\nttl = 2\ngroups = ['{stays}', '{added}']\nmetrics = '127.0.0.1:0'\n"
-                      + FAST_JOIN)
+    config.write_text(f"log_level = 'warning'\nttl = 2\ngroups = [{{name = '{stays}', min_partition = 'majority'}}, "
+                      f"'{added}']\nmetrics = '127.0.0.1:0'\n" + FAST_JOIN)
     d.proc.send_signal(signal.SIGHUP)
     report = wait_for(lambda: d.status()["reload"], 10, "the reload")
-    assert (report["applied"], report["not_applied"], report["errors"]) == (["log_level", "groups", "metrics"],
-                                                                            ["ttl"], [])
+    assert (report["applied"], report["errors"]) == (["log_level", "groups", "metrics"], [])
+    assert report["not_applied"] == ["ttl", f"groups: {stays}'s min_partition or ttl (at its next join)"]
     with urllib.request.urlopen(f"http://{d.status()['metrics']}/metrics", timeout=10) as scraped:
         assert b"rmpd_hub_events" in scraped.read()
     wait_for(lambda: d.members(added) == [d.pid] and dropped not in groups_of(d), 20, "the new kept groups")
@@ -66,7 +66,7 @@ def test_sighup_applies_the_log_level_and_kept_groups_and_keeps_the_daemon_and_i
     assert {group: groups_of(d)[group]["view"] for group in (stays, talk)} == views  # not left, not rejoined
     assert sorted(peer.members(talk)) == sorted([d.pid, peer.pid])
     counters = d.counters()
-    assert (counters["hub_reloads"], counters["hub_reload_not_applied"]) == (1, 1)
+    assert (counters["hub_reloads"], counters["hub_reload_not_applied"]) == (1, 2)
     log = d.log_path.read_text()
     assert "reload: not applied, changed keys that need a restart of rmpd: ttl" in log
     d.status()  # a new client is logged at info: no longer, at warning

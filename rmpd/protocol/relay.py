@@ -63,6 +63,11 @@ class CallRelay:
         qos = packet.qos if packet.qos.level >= Level.TOTAL else QoS(Level.TOTAL)
         wall_ms = self.wall_ms(now)
         verdict = self.calls.judge(packet.src, packet.conn, packet.stamp, wall_ms)
+        if verdict is Verdict.TOO_EARLY:
+            # Refused for now, and nothing kept: told at once, not ordered (the caller retries it often meanwhile).
+            self.calls.in_flight.discard((packet.src, packet.conn, packet.stamp))
+            self._answer_packet(packet, CallStatus.TOO_EARLY, None, now)
+            return None
         body = Relayed(RELAYED_TAG, packet.src, packet.conn, packet.stamp, packet.flags, wall_ms, packet.payload,
                        verdict.value)
         self.stats["calls_relayed"] += 1

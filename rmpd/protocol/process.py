@@ -194,6 +194,17 @@ class RmpProcess:
                     min_partition=min_partition, ttls=((self.pid, ttl),))
         return self._install(group, view, now)
 
+    def keep_from_founding(self, group: str) -> bool:
+        """Make the join of ``group`` under way fail, rather than found a view, if nobody answers it: the shell heard
+        the group on its address in a form this process cannot take (sealed under a key it lacks), so a view founded
+        here would be a second group beside it.  A member it can talk to that answers still admits it.  False when
+        no such join is under way (a rejoin the process makes by itself is left as it is)."""
+        attempt = self.joining.get(group)
+        if attempt is None or attempt.rejoin:
+            return False
+        attempt.existing_only = True
+        return True
+
     def found(self, group: str, view: View, now: float) -> GroupEngine:
         """Start as a founding member of a view made out of band (the simulator's fixed groups)."""
         return self._install(group, view, now)

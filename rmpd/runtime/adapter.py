@@ -70,8 +70,9 @@ class Application:
         self.rejoining: dict[str, str] = {}
         """Groups whose membership ended by itself (``Left.rejoining``) and that are not in a view again yet, with
         the reason: a send meanwhile is refused, and the refusal says so."""
-        self.join_refusals: dict[str, str] = {}
-        """Joins ended because their group's traffic cannot be opened here, with the error code their waiters get."""
+        self.join_refusals: dict[str, tuple[str, str]] = {}
+        """Joins whose group was heard in a form this process cannot take: kept from founding a view, and, if nobody
+        answers them, failed with this error code and message."""
         self.unverified_heard: dict[str, Counter[tuple[str, str]]] = {}
         """Per group with join waiters: datagrams dropped on its address while they wait, by (reason, source)."""
         loop.refusal_watch = self.refused
@@ -103,6 +104,7 @@ class Application:
             self.rejoining.pop(event.group, None)
             self.join_options.pop(event.group, None)
             self.unverified_heard.pop(event.group, None)
+            self.join_refusals.pop(event.group, None)
             answer = {"view": str(event.view), "members": list(event.members)}
             for reply in self.join_waiters.pop(event.group, []):
                 reply.ok(answer)
@@ -116,9 +118,12 @@ class Application:
             self._rejoin(group)
             return True
         self.join_options.pop(group, None)
-        code = self.join_refusals.pop(group, JOIN_FAILED) if isinstance(event, JoinFailed) else LEFT
+        refusal = self.join_refusals.pop(group, None)
         hint = self.auth_hint(group)
-        message = event.reason + hint if code == JOIN_FAILED else event.reason
+        if not isinstance(event, JoinFailed):
+            code, message = LEFT, event.reason
+        else:
+            code, message = refusal or (JOIN_FAILED, event.reason + hint)
         for reply in self.join_waiters.pop(group, []):
             reply.fail(code, message)
         return False
@@ -156,21 +161,23 @@ class Application:
         """The group key's check dropped ``refusals`` (count per reason and source) on the multicast address of
         ``groups``.  A join the application waits for learns here that its group speaks in a form this process
         cannot take.  Sealed datagrams on a process with no key, or datagrams of the other encrypt setting under
-        its own key (verified: only a key holder makes them), mean it never can: the join fails at once with a
-        code naming the setting, instead of founding a second group beside the first.  Other drops (another key,
-        plain or forged datagrams) anyone can send, so they only explain a join that went unanswered."""
+        its own key (verified: only a key holder makes them), mean it can never be in that group: unless a member
+        it can talk to answers (a group of its own setting on the same address), the join fails with a code
+        naming the setting, instead of founding a second group beside the first.  Other drops (another key, plain
+        or forged datagrams) only explain a join that went unanswered."""
         for group in [g for g in groups if g in self.join_waiters]:
             if group in self.rejoining or group in self.join_refusals or self.loop.view(group) is not None:
-                continue  # the process rejoins by itself, the join is being cancelled, or a view is in
+                continue  # the process rejoins by itself, the join is kept from founding already, or a view is in
             blocking = [(reason, source) for reason, source in refusals if reason in JOIN_BLOCKERS]
             if not blocking:
-                self.unverified_heard.setdefault(group, Counter()).update(refusals)
+                heard = self.unverified_heard.setdefault(group, Counter())
+                if len(heard) < MAX_HEARD:
+                    heard.update(refusals)
                 continue
             reason, source = blocking[-1]
-            code, message = JOIN_BLOCKERS[reason](group, group_address(group, self.loop.address_range), source,
-                                                  self.loop.guard.encrypt)
-            self.join_refusals[group] = code
-            self.loop.cancel_join(group, message)
+            if self.loop.keep_from_founding(group):
+                self.join_refusals[group] = JOIN_BLOCKERS[reason](
+                    group, group_address(group, self.loop.address_range), source, self.loop.guard.encrypt)
 
     def auth_hint(self, group: str) -> str:
         """Why a join of ``group`` may have gone unanswered: datagrams on its address, heard while the join waited,
@@ -214,11 +221,15 @@ class Application:
 
 
 
+MAX_HEARD = 64
+"""(reason, source) pairs a waiting join remembers for its message: a flood from many sources must not grow it."""
+
+
 def _needs_key(group: str, address: tuple[str, int], source: str, encrypt: bool) -> tuple[str, str]:
     return AUTH_REQUIRED, (
-        f"{group!r} is a keyed group: its address {address[0]}:{address[1]} carries datagrams sealed with an auth key "
-        f"(latest from {source}) and this process has no key; start rmpd with --auth-key FILE (auth_key in its "
-        f"config) naming the group's key file")
+        f"{group!r} is a keyed group: nobody answered the join, and its address {address[0]}:{address[1]} carries "
+        f"datagrams sealed with an auth key (latest from {source}) while this process has no key; start rmpd with "
+        f"--auth-key FILE (auth_key in its config) naming the group's key file")
 
 
 def _other_encryption(group: str, address: tuple[str, int], source: str, encrypt: bool) -> tuple[str, str]:
@@ -227,8 +238,9 @@ def _other_encryption(group: str, address: tuple[str, int], source: str, encrypt
     else:
         heard, fix = "encrypted", "start rmpd with --encrypt (encrypt = true)"
     return ENCRYPTION_MISMATCH, (
-        f"{group!r} is {heard}: {source} sends on its address {address[0]}:{address[1]} under this process's auth "
-        f"key with the other encrypt setting; every member of a group must have the same one ({fix})")
+        f"{group!r} is {heard}: nobody answered the join, and {source} sends on its address "
+        f"{address[0]}:{address[1]} under this process's auth key with the other encrypt setting; every member of a "
+        f"group must have the same one ({fix})")
 
 
 JOIN_BLOCKERS: dict[str, Callable[[str, tuple[str, int], str, bool], tuple[str, str]]] = {

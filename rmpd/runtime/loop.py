@@ -134,8 +134,6 @@ class ProcessLoop:
         """Told, after each batch read from a group's multicast socket, what the group key's check dropped there:
         (the socket's groups, count per (reason, source)).  A join learns from it that its group speaks in a form
         this process cannot take (``Application.refused``)."""
-        self._cancelled_joins: dict[str, str] = {}
-        """Joins ended by ``cancel_join``, with the reason their JoinFailed must carry."""
 
     # ------------------------------------------------------------------------------------------------------------
     # Running
@@ -242,12 +240,10 @@ class ProcessLoop:
         self.process.leave(group, trio.current_time())
         self._taken()
 
-    def cancel_join(self, group: str, reason: str) -> None:
-        """End a join under way as a leave would, its JoinFailed saying ``reason``: the shell learned what the
-        process cannot (the group's traffic cannot be opened here), so waiting out the join would only found a
-        second group beside it."""
-        self._cancelled_joins[group] = reason
-        self.leave(group)
+    def keep_from_founding(self, group: str) -> bool:
+        """The join of ``group`` fails rather than founds a view if nobody answers (``RmpProcess.keep_from_founding``):
+        the shell heard the group where the process cannot."""
+        return self.process.keep_from_founding(group)
 
     def send(self, group: str, payload: bytes, qos: QoS, handler: int | None = None) -> int | None:
         now = trio.current_time()
@@ -417,10 +413,6 @@ class ProcessLoop:
                 if view is not None:
                     self.group_ttl[event.group] = max(view.ttl, self.asked_ttl.get(event.group, self.default_ttl))
             elif isinstance(event, ENDED) and not (isinstance(event, Left) and event.rejoining):
-                if self._cancelled_joins and isinstance(event, JoinFailed):
-                    reason = self._cancelled_joins.pop(event.group, None)
-                    if reason is not None:
-                        events[events.index(event)] = JoinFailed(event.group, reason)
                 self._unlisten(event.group)  # a process that rejoins by itself listens for its group meanwhile
         if out.persist is not None:
             self._persist(out.persist)

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from rmpd.protocol.config import EngineConfig
 from rmpd.protocol.ids import ViewId
 from rmpd.protocol.naming import group_address
 from rmpd.protocol.packets import Data, ListChangeRequest, decode, encode
@@ -249,7 +250,8 @@ async def test_an_embedded_node_without_the_key_is_told_the_group_needs_one(daem
     group = unique("keyed")
     d.rmp("join", group)
     with trio.fail_after(60):
-        async with rmpd.Node(interface="lo", port=0) as node:
+        async with rmpd.Node(interface="lo", port=0,  # a 3 s join, which surely hears the group's Alives
+                             config=EngineConfig(request_interval=0.2, join_retries=4)) as node:
             with pytest.raises(rmpd.RmpdError) as refused:
                 await node.join(group)  # not only --existing: it must not found a second group beside the first
             assert refused.value.code == "auth-required", refused.value

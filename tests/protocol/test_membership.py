@@ -84,6 +84,23 @@ def test_existing_only_join_fails_clearly() -> None:
     assert net[1].view("g") is None
 
 
+def test_a_join_kept_from_founding_fails_unanswered_and_is_still_admitted_when_answered() -> None:
+    net = Net(3)
+    net.do(1, lambda p, now: p.join("g", now))
+    assert net[1].keep_from_founding("g")  # the shell heard the group in a form it cannot take
+    assert not net[1].keep_from_founding("other")  # no join of it under way
+    net.advance(30.0)
+    failures = net.of_type(1, JoinFailed)
+    assert len(failures) == 1 and "answered" in failures[0].reason
+    assert net[1].view("g") is None and net[1].groups() == []
+
+    net.do(0, lambda p, now: p.create("g", now))
+    net.do(2, lambda p, now: p.join("g", now))
+    assert net[2].keep_from_founding("g")
+    net.advance(5.0)
+    assert net[2].view("g") is not None and len(net[2].view("g").members) == 2
+
+
 def history(net: Net, i: int) -> list[object]:
     """Deliveries and view installs, in the order the application saw them."""
     out: list[object] = []

@@ -167,6 +167,9 @@ async def _reader(session: Session, hub: Hub, max_frame: int) -> None:
                 break
             continue
         except (trio.BrokenResourceError, trio.ClosedResourceError):
+            # The client hung up with frames of ours unread (a reset): gone as at a clean end of stream, or its
+            # session would stay attached to its groups, its locks held, with no frame ever ending the writer.
+            session.finish()
             break
         if frame is None:
             session.finish()

@@ -248,6 +248,21 @@ def test_two_clients_asking_for_one_lock_at_once_are_never_both_granted_it(daemo
     assert [first.answer()["granted"], first.answer()["granted"]] == [True, True]
 
 
+def test_a_client_that_hangs_up_with_frames_unread_is_gone_as_one_that_ends_cleanly(daemons) -> None:
+    """Closing a socket with frames of the daemon's still unread resets it: the daemon's next read fails instead of
+    ending. The client is gone all the same: detached from its group, which the daemon then leaves."""
+    d = daemons()
+    group = unique("reset")
+    client = RawClient(d.socket)
+    assert client.request({"op": "join", "group": group, "id": 1})["ok"]
+    client.send_raw(encode_frame({"op": "send", "group": group, "payload": b"x" * 1000, "id": 2}))
+    # Everything the daemon has for it is in its socket, unread (then nothing the daemon writes finds it gone).
+    wait_for(lambda: b"x" * 1000 in client.sock.recv(65536, socket.MSG_PEEK | socket.MSG_DONTWAIT), 10,
+             "the delivery of its message")
+    client.sock.close()
+    wait_for(lambda: all(g["group"] != group for g in d.status()["groups"]), 10, "the daemon to leave the group")
+
+
 def test_a_leave_from_a_client_that_never_joined_leaves_a_persistent_membership_alone(daemons) -> None:
     d = daemons()
     d.rmp("join", "kept")  # persistent: until `rmp leave`

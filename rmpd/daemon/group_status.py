@@ -116,8 +116,11 @@ class StatusGatherer:
     def start(self, group: str, timeout: float, reply: Reply) -> None:
         """Ask every member of ``group``; ``reply`` is answered once all did or ``timeout`` passed.  NotMember
         when this daemon has no view of the group (nor a last one, waiting to rejoin it)."""
-        query = self.loop.ask_status(group, timeout)
-        self.waiting[query] = reply
+        # Drained once the reply waits: this daemon answers itself within the step, and in a group of one the
+        # gathering ends there too.
+        with self.loop.one_step():
+            query = self.loop.ask_status(group, timeout)
+            self.waiting[query] = reply
 
     def forget(self, session: Session) -> None:
         """A client went away: its gatherings go on, and their answers are dropped."""

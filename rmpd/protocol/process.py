@@ -542,8 +542,8 @@ class RmpProcess:
                         self._unanswered_rejoin(group, now)
                         continue
                     if attempt.existing_only:
-                        self._out.events.append(JoinFailed(group, f"no member of {group!r} answered "
-                                                              f"{attempt.tries} join requests"))
+                        self._out.events.append(JoinFailed(group, f"group {group!r} not found: no member "
+                                                              f"answered {attempt.tries} join requests"))
                     else:
                         self.create(group, now, min_partition=attempt.request.min_partition,
                                     ttl=attempt.request.ttl)

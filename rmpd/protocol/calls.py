@@ -76,6 +76,9 @@ class Caller:
         self._last_stamp: dict[int, int] = {}
         self._ids = itertools.count(1)
         self.views: dict[str, ViewId] = {}
+        self.floors: dict[str, int] = {}
+        """The floor each group answered a probe with: later calls are stamped above it without asking again, until
+        a call is refused as unknown or meets silence (then the next one probes)."""
         """The last view each group answered from: later calls name it (section 4.5)."""
         self.datagrams: list[Transmit] = []
         self.events: list[Event] = []
@@ -84,13 +87,13 @@ class Caller:
              qos: QoS | None = None) -> int:
         busy = {c.conn for c in self.calls.values()}
         conn = next(i for i in itertools.count() if i not in busy)
-        stamp = max(wall_ms, self._last_stamp.get(conn, 0) + 1)
+        probing = group not in self.floors
+        stamp = max(wall_ms, self._last_stamp.get(conn, 0) + 1, self.floors.get(group, 0) + 1)
         self._last_stamp[conn] = stamp
         flags = NonMemberData.FLAG_ACK | (NonMemberData.FLAG_REPEAT_REPLY if handler is not None else 0)
         packet = NonMemberData(group, self.views.get(group), self.pid, conn, stamp, qos or QoS(Level.TOTAL), flags,
                                handler, payload)
         data = encode(packet)  # first: a call that cannot be encoded must not be kept for its timer to resend
-        probing = group not in self.views
         if probing:
             packet = replace(packet, flags=flags | NonMemberData.FLAG_PROBE, payload=b"")
             data = encode(packet)
@@ -123,6 +126,8 @@ class Caller:
                 self._send_after_probe(call, ack.reply or b"", now, wall_ms)
             elif ack.status is CallStatus.NO_HANDLER and call.no_handler_by is None:
                 call.no_handler_by = min(call.deadline, now + NO_HANDLER_GRACE)
+                if ack.reply is not None and ack.reply.isdigit() and len(ack.reply) <= 20:
+                    self.floors[call.group] = int(ack.reply)  # the group is there: later calls need not ask
             return
         if ack.status is CallStatus.REPLY:
             self._finish(call, ack.reply or b"")
@@ -136,6 +141,7 @@ class Caller:
             call.too_early = True  # keep sending the same call, often: the group's clocks catch up
             call.timer.interval = RETRY_INITIAL
         elif ack.status is CallStatus.UNKNOWN:
+            self.floors.pop(call.group, None)  # the group's floor moved (it restarted?): the next call asks
             self._finish(call, None, "unknown")
         elif ack.status is CallStatus.NO_HANDLER:
             self._finish(call, None, "no-handler")
@@ -144,7 +150,8 @@ class Caller:
         """The group can take calls stamped after ``floor``: stamp the call afresh above it and send it."""
         if not floor_text.isdigit() or len(floor_text) > 20:
             return  # not an answer we understand: keep probing until the deadline
-        stamp = max(wall_ms, self._last_stamp.get(call.conn, 0) + 1, int(floor_text) + 1)
+        floor = self.floors[call.group] = int(floor_text)
+        stamp = max(wall_ms, self._last_stamp.get(call.conn, 0) + 1, floor + 1)
         self._last_stamp[call.conn] = stamp
         del self._by_key[(call.conn, call.stamp)]
         self._by_key[(call.conn, stamp)] = call.call_id
@@ -161,7 +168,7 @@ class Caller:
                 self._finish(call, None, "no-handler")
             elif now >= call.deadline:
                 if not call.answered:
-                    self.views.pop(call.group, None)  # nobody answered: ask the group afresh next time
+                    self.floors.pop(call.group, None)  # nobody answered: ask the group afresh next time
                 self._finish(call, None, "too-early" if call.too_early else "timeout")
             elif call.timer.expired(now):
                 call.timer.back_off(now)

@@ -564,7 +564,7 @@ class CallStatus(IntEnum):
     TOO_EARLY = 3
     """Stamped after the group's acceptance bound: the sender's clock runs ahead; the same call may be retried."""
     NO_HANDLER = 4
-    """No member holds the handler lock the call names."""
+    """No member holds the handler lock the call names (to a probe, with the floor in ``reply`` as for READY)."""
     REPLY_ACK = 5
     """From the caller to the member that replied: the reply arrived, it need not be kept."""
     JOIN_REFUSED = 6

@@ -46,13 +46,15 @@ class CallRelay:
         if relay_of(view, packet.handler) != self.pid:
             self.stats["call_not_relay"] += 1
             return None
+        probe = bool(packet.flags & NonMemberData.FLAG_PROBE)
+        floor = str(self.calls.floor()).encode("ascii") if probe else None
         if packet.handler is not None and view.lock_holder(packet.handler) is None:
             # Nothing is judged or ordered: the caller may send the same call again once someone holds it.
-            self._answer_packet(packet, CallStatus.NO_HANDLER, None, now)
+            self._answer_packet(packet, CallStatus.NO_HANDLER, floor, now)
             return None
-        if packet.flags & NonMemberData.FLAG_PROBE:
+        if probe:
             self.stats["call_probes_answered"] += 1
-            self._answer_packet(packet, CallStatus.READY, str(self.calls.floor()).encode("ascii"), now)
+            self._answer_packet(packet, CallStatus.READY, floor, now)
             return None
         if len(packet.payload) > self.config.max_packet:
             self.stats["call_too_large"] += 1

@@ -237,3 +237,32 @@ def test_rmp_serve_json_prints_one_object_when_serving_and_one_per_call(daemons)
         assert served["caller"] == member.pid and proc.wait(30) == 0
     finally:
         proc.kill()
+
+
+def test_an_embedded_node_calls_its_own_group_and_hears_every_answer(loopback_multicast) -> None:
+    """The embedded Node: a one-member group of its own answers inside the call (no-handler, at once), and a
+    served call made right after the group formed is answered (probe, then a fresh stamp), within the timeout."""
+
+    async def main() -> tuple[str, bytes | None]:
+        async with rmpd.Node(interface="lo", port=0) as node:
+            group = await node.join(unique("own"))
+            with trio.fail_after(5):
+                try:
+                    await node.call(group.name, b"x", handler=3, timeout=2.0)
+                    unheld = "answered"
+                except rmpd.RmpdError as exc:
+                    unheld = exc.code
+            await group.lock(0)
+
+            async def serve() -> None:
+                async for request in group.requests(0):
+                    await request.reply(request.payload.upper())
+
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(serve)
+                with trio.fail_after(10.5):
+                    reply = await node.call(group.name, b"hi", handler=0)
+                nursery.cancel_scope.cancel()
+            return unheld, reply
+
+    assert trio.run(main) == ("call-no-handler", b"HI")

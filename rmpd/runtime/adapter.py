@@ -236,7 +236,7 @@ def _other_encryption(group: str, address: tuple[str, int], source: str, encrypt
     if encrypt:
         heard, fix = "signed but not encrypted", "start rmpd with --no-encrypt, or every member with --encrypt"
     else:
-        heard, fix = "encrypted", "start rmpd with --encrypt (encrypt = true)"
+        heard, fix = "encrypted", "start rmpd with --encrypt, or encrypt = true in its config"
     return ENCRYPTION_MISMATCH, (
         f"{group!r} is {heard}: nobody answered the join, and {source} sends on its address "
         f"{address[0]}:{address[1]} under this process's auth key with the other encrypt setting; every member of a "

@@ -188,8 +188,9 @@ def test_a_member_calls_its_own_group_through_its_own_daemon(daemons, tmp_path) 
 
 
 def test_a_call_answered_at_once_by_its_own_daemons_group_is_not_lost(daemons) -> None:
-    """A one-member group on the caller's own daemon decides the call inside the request that makes it: the answer
-    must still reach the caller (it used to be dropped, and the call then waited forever, ignoring --timeout)."""
+    """A one-member group on the caller's own daemon decides the call inside the request that makes it (from the
+    second call on: the first one's probe told the daemon the group is there): the answer must still reach the
+    caller (it used to be dropped, and the call then waited forever, ignoring --timeout)."""
     member = daemons("m")
     member.rmp("join", GROUP)
     for _ in range(3):

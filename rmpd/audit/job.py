@@ -33,8 +33,8 @@ def run_audit(
 ) -> AuditReport:
     """Audit journals at ``paths`` and captures at ``pcaps`` (of a keyed group: ``key`` opens and checks its
     datagrams), telling ``progress`` what it is doing; raises :class:`UnreadableInput`."""
-    with sized_for_input(spark, [*paths, *(pcaps or [])]):
-        return _run_audit(spark, paths, pcaps, examples, key, progress)
+    with sized_for_input(spark, [*paths, *(pcaps or [])]) as small:
+        return _run_audit(spark, paths, pcaps, examples, key, progress, small)
 
 
 SMALL_INPUT_BYTES = 16 * 1024 * 1024
@@ -52,11 +52,12 @@ SMALL_INPUT = {
 
 
 @contextlib.contextmanager
-def sized_for_input(spark: SparkSession, paths: list[str]) -> Iterator[None]:
-    """Run the audit with settings that suit the input's size: a small input gets ``SMALL_INPUT``, and as many
-    shuffle and read partitions as worker threads (a few per thread only pay off when each has much to do)."""
+def sized_for_input(spark: SparkSession, paths: list[str]) -> Iterator[bool]:
+    """Run the audit with settings that suit the input's size, yielding whether it is small: a small input gets
+    ``SMALL_INPUT``, and as many shuffle and read partitions as worker threads (a few per thread only pay off when
+    each has much to do)."""
     if not paths or input_bytes(spark, paths) >= SMALL_INPUT_BYTES:
-        yield
+        yield False
         return
     threads = str(spark.sparkContext.defaultParallelism)
     wanted = {**SMALL_INPUT, "spark.sql.shuffle.partitions": threads, "spark.sql.files.minPartitionNum": threads}
@@ -64,7 +65,7 @@ def sized_for_input(spark: SparkSession, paths: list[str]) -> Iterator[None]:
     for name, value in wanted.items():
         spark.conf.set(name, value)
     try:
-        yield
+        yield True
     finally:
         for name, value in before.items():
             if value is None:
@@ -89,14 +90,14 @@ def input_bytes(spark: SparkSession, paths: list[str]) -> int:
 
 
 def _run_audit(spark: SparkSession, paths: list[str], pcaps: list[str] | None, examples: int,
-               key: GroupKey | None, progress: Progress | None) -> AuditReport:
+               key: GroupKey | None, progress: Progress | None, small: bool) -> AuditReport:
     results: list[InvariantResult] = []
     records = 0
     inputs: list[str] = []
     if paths:
         if progress is not None:
             progress.phase = "reading journals"
-        journals = read_journals(spark, paths)
+        journals = read_journals(spark, paths, one_partition=small)
         if progress is not None:
             progress.phase, progress.records = "checking invariants", journals.count
         try:

@@ -76,10 +76,10 @@ class Caller:
         self._last_stamp: dict[int, int] = {}
         self._ids = itertools.count(1)
         self.views: dict[str, ViewId] = {}
+        """The last view each group answered from: later calls name it (section 4.5)."""
         self.floors: dict[str, int] = {}
         """The floor each group answered a probe with: later calls are stamped above it without asking again, until
         a call is refused as unknown or meets silence (then the next one probes)."""
-        """The last view each group answered from: later calls name it (section 4.5)."""
         self.datagrams: list[Transmit] = []
         self.events: list[Event] = []
 

@@ -154,3 +154,14 @@ def test_no_message_is_ever_accepted_twice(script, p) -> None:
             assert stamp > highest.get(conn, -1)
             accepted.add((conn, stamp))
             highest[conn] = stamp
+
+
+def test_a_verdict_learned_from_another_server_is_kept_as_if_decided_here() -> None:
+    """A member following the relay's verdict: a call the relay accepted is recorded, even below this filter's own
+    floor, so this filter refuses its copies should it decide later; refusals leave the table alone."""
+    f = ScmpFilter(fixed(), upper=1000)
+    f.learn(A, 500, 600, Verdict.NEW)
+    f.learn(B, 700, 800, Verdict.SUMMARY)
+    assert f.table == {A: 500} and f.counts[Verdict.NEW] == 1 and f.counts[Verdict.SUMMARY] == 1
+    assert f.decide(A, 500, 900) is Verdict.DUPLICATE
+    assert f.decide(A, 1001, 900) is Verdict.NEW

@@ -197,3 +197,22 @@ def test_persisted_latest_covers_a_member_whose_clock_went_back() -> None:
     assert calls.decide(replay, relayed_here=False, responder=True, has_handler=True)[0] is Verdict.SUMMARY
     without = GroupCalls(ScmpSettings(upper=start_upper(ScmpSettings(), clock_after_restart)))
     assert without.decide(replay, relayed_here=False, responder=True, has_handler=True)[0] is Verdict.NEW
+
+
+def test_a_call_two_relays_carried_as_new_is_delivered_once() -> None:
+    """The relay changed while a call was on its way (the handler's lock moved, the first member left): the old and
+    the new relay each judged it new before either packet was delivered.  The second delivery is a duplicate, at
+    every member alike (each follows the same order), and the responder does not run it again."""
+    from rmpd.protocol.multirpc import GroupCalls, ScmpSettings
+    from rmpd.protocol.packets import RELAYED_TAG, Relayed
+    from rmpd.scmp.filter import Verdict
+    from rmpd.scmp.rpc import Action
+
+    first = Relayed(RELAYED_TAG, "10.0.0.9:1", 0, 5000, 0, 5100, b"x", "new")
+    second = first._replace(clock=5200)
+    for responder in (False, True):
+        calls = GroupCalls(ScmpSettings())
+        verdict, action, _ = calls.decide(first, relayed_here=False, responder=responder, has_handler=False)
+        assert (verdict, action) == (Verdict.NEW, Action.START)
+        verdict, action, _ = calls.decide(second, relayed_here=False, responder=responder, has_handler=False)
+        assert verdict is Verdict.DUPLICATE and action is not Action.START

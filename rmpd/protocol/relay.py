@@ -38,7 +38,9 @@ class CallRelay:
 
     def relay(self, packet: NonMemberData, now: float) -> tuple[Relayed, QoS] | None:
         """A non-member's call or message: what this member carries into the order (None: not this member's to
-        relay, or not acceptable).  Calls travel at least totally ordered, so every member decides in one order."""
+        relay, or not acceptable), with this member's verdict on it.  Calls travel at least totally ordered, so every
+        member follows the verdicts in one order.  Probes, calls to a handler nobody holds and calls stamped too early
+        are answered at once instead."""
         if packet.handler is not None and not 0 <= packet.handler < HANDLER_LOCKS:
             self.stats["call_bad_handler"] += 1
             return None

@@ -14,6 +14,7 @@ from pathlib import Path
 import trio
 
 import rmpd
+from rmpd.protocol.config import EngineConfig
 from rmpd.protocol.naming import group_address
 from rmpd.protocol.packets import CallStatus, ListChangeRequest, NonMemberAck, NonMemberData, decode, encode
 from rmpd.protocol.qos import QoS
@@ -246,7 +247,8 @@ def test_an_embedded_node_calls_its_own_group_and_hears_every_answer(loopback_mu
     answered (stamped above the floor the probe was told), within the timeout."""
 
     async def main() -> tuple[list[str], bytes | None]:
-        async with rmpd.Node(interface="lo", port=0) as node:
+        fast_join = EngineConfig(request_interval=0.1, join_retries=3)
+        async with rmpd.Node(interface="lo", port=0, config=fast_join) as node:
             group = await node.join(unique("own"))
             unheld = []
             for _ in range(2):

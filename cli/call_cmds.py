@@ -6,6 +6,7 @@ caller resends it, the serving command runs at most once; the caller gets the on
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from typing import Annotated
@@ -17,7 +18,7 @@ from rmpd.client import Client
 from rmpd.protocol.calls import DEFAULT_CALL_TIMEOUT
 from rmpd.protocol.qos import QoS
 
-from .client_common import JsonOption, emit_json, err, run_with_client
+from .client_common import JsonOption, bytes_json, emit_json, err, run_with_client
 
 call_app = typer.Typer()
 
@@ -35,7 +36,8 @@ def call(
     json_out: Annotated[bool, JsonOption] = False,
 ) -> None:
     """Call GROUP once and print the reply (exit 1 with the reason when the call fails)."""
-    payload = message.encode() if message is not None else sys.stdin.buffer.read()
+    # An argument that is not valid UTF-8 reaches Python as surrogates; os.fsencode gives its bytes back.
+    payload = os.fsencode(message) if message is not None else sys.stdin.buffer.read()
 
     async def body(client: Client) -> bytes | None:
         return await client.call(group, payload, handler=None if no_handler else handler, timeout=timeout,
@@ -43,7 +45,7 @@ def call(
 
     reply = run_with_client(ctx, body)
     if json_out:
-        emit_json({"group": group, "reply": None if reply is None else reply.decode("utf-8", "backslashreplace")})
+        emit_json({"group": group, **({"reply": None} if reply is None else bytes_json("reply", reply))})
     elif reply is None:
         err.print(f"delivered to {group}", highlight=False)
     else:

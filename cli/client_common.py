@@ -6,6 +6,7 @@ line on stderr and exit status 1.
 
 from __future__ import annotations
 
+import base64
 import json
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -42,6 +43,15 @@ def run_with_client(ctx: typer.Context, body: Callable[[Client], Awaitable[T]]) 
         raise typer.Exit(1) from None
     except KeyboardInterrupt:
         raise typer.Exit(130) from None
+
+
+def bytes_json(name: str, data: bytes) -> dict[str, str]:
+    """``data`` as one JSON field that gives back its exact bytes: ``name`` holds the text when the bytes are valid
+    UTF-8, ``name_b64`` (standard base64) holds them otherwise; never both."""
+    try:
+        return {name: data.decode("utf-8")}
+    except UnicodeDecodeError:
+        return {f"{name}_b64": base64.b64encode(data).decode("ascii")}
 
 
 def emit_json(obj: Any) -> None:

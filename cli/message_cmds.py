@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import base64
 import os
 import sys
 from typing import Annotated, Any
@@ -15,7 +14,7 @@ from rmpd.client import Client
 from rmpd.client.errors import single_error
 from rmpd.protocol.qos import QoS
 
-from .client_common import JsonOption, emit_json, err, run_with_client
+from .client_common import JsonOption, bytes_json, emit_json, err, run_with_client
 
 message_app = typer.Typer()
 
@@ -109,13 +108,8 @@ def _delivery_json(event: rmpd.Delivery) -> dict[str, Any]:
     """One delivery as JSON that gives back its exact bytes: ``payload`` holds the text when the bytes are valid
     UTF-8, ``payload_b64`` (standard base64) holds them otherwise; never both.  (src, seq, index) names the
     message: packed messages share their packet's ``seq``."""
-    out: dict[str, Any] = {"src": event.source, "seq": event.seq, "index": event.index, "ts": event.timestamp,
-                           "qos": event.qos.name(), "view": event.view}
-    try:
-        out["payload"] = event.payload.decode("utf-8")
-    except UnicodeDecodeError:
-        out["payload_b64"] = base64.b64encode(event.payload).decode("ascii")
-    return out
+    return {"src": event.source, "seq": event.seq, "index": event.index, "ts": event.timestamp,
+            "qos": event.qos.name(), "view": event.view, **bytes_json("payload", event.payload)}
 
 
 @message_app.command("listen")

@@ -110,8 +110,10 @@ def load_key_file(path: Path) -> GroupKey:
         key = GroupKey.from_secret(secret)
     except AuthKeyError as exc:
         raise AuthKeyError(f"key file {path}: {exc} (make one with: rmpd keygen FILE)") from None
-    if path.stat().st_mode & 0o077:
-        log.warning("key file %s is readable by others than its owner (chmod 0400 it)", path)
+    # Its group may read it: under the systemd unit the daemon runs as a dynamic user whose group (rmpd) is
+    # the only way to reach a key owned by root.  Every other user must not.
+    if path.stat().st_mode & 0o007:
+        log.warning("key file %s can be read by every user (chmod 0400 it, or 0440 with the daemon's group)", path)
     return key
 
 

@@ -134,6 +134,19 @@ def test_rmpd_keygen_makes_a_missing_directory_private(tmp_path: Path) -> None:
     assert again.returncode == 1 and "refusing to overwrite" in again.stderr
 
 
+@pytest.mark.parametrize(("mode", "warned"), [(0o400, False), (0o440, False), (0o444, True), (0o404, True)])
+def test_a_key_its_group_may_read_is_taken_quietly_one_every_user_may_read_is_warned_of(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, mode: int, warned: bool,
+) -> None:
+    """The systemd unit's daemon reaches a root-owned key through its group (docs/security.md)."""
+    path = tmp_path / "group.key"
+    generate_key_file(path)
+    path.chmod(mode)
+    with caplog.at_level("WARNING"):
+        assert load_key_file(path).kid
+    assert any(r.levelname == "WARNING" and str(path) in r.getMessage() for r in caplog.records) is warned
+
+
 @pytest.mark.parametrize("content", [b"", b"short", b"zz" * 32, os.urandom(33)])
 def test_a_bad_key_file_is_refused_with_its_name(tmp_path: Path, content: bytes) -> None:
     path = tmp_path / "bad.key"

@@ -4,6 +4,7 @@ at-most-once, multi-RPC)."""
 
 from __future__ import annotations
 
+import base64
 import json
 import signal
 import socket
@@ -220,6 +221,25 @@ def test_a_call_nobody_serves_ends_by_its_timeout(daemons) -> None:
         assert code == "call-timeout" and timeout <= took + 0.05 and took <= timeout + 1.0, (timeout, code, took)
     result = caller.rmp("call", unique("nobody"), "x", "--timeout", "0.5", check=False, timeout=20)
     assert result.returncode == 1 and "call-timeout" in result.stderr
+
+
+def test_rmp_call_sends_bytes_that_are_not_utf8_and_its_json_gives_the_reply_back_exactly(daemons) -> None:
+    member = daemons("m")
+    group = unique("bytes")
+    proc = subprocess.Popen([RMP, "--socket", str(member.socket), "serve", group, "--json", "--count", "1", "--",
+                             "cat"], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        assert json.loads(proc.stdout.readline())["event"] == "serving"
+        request = b"caf\xe9 \xff"
+        result = subprocess.run([RMP.encode(), b"--socket", bytes(member.socket), b"call", group.encode(), request,
+                                 b"--json"], capture_output=True, timeout=60)
+        assert result.returncode == 0, result.stderr
+        answer = json.loads(result.stdout)
+        assert "reply" not in answer and base64.b64decode(answer["reply_b64"]) == request, answer
+        assert proc.wait(30) == 0
+    finally:
+        proc.kill()
 
 
 def test_rmp_serve_json_prints_one_object_when_serving_and_one_per_call(daemons) -> None:

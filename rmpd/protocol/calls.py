@@ -41,8 +41,10 @@ CALL_GRACE = 0.5
 """Seconds a caller's library waits past a call's timeout for the answer before it reports the timeout itself: the
 process answers every call by its deadline, and this bounds the wait if that answer is lost on the way."""
 
-NO_HANDLER_GRACE = 1.0
-"""Seconds a first call keeps asking a group where nobody holds its handler yet, before it ends ``no-handler``."""
+NO_HANDLER_GRACE = 3.0
+"""Seconds a first call keeps asking a group where nobody holds its handler yet, before it ends ``no-handler``:
+``rmp serve`` joins, then takes the lock, and on a busy host the lock can come seconds after the group formed.
+Asking again is safe: a call nobody holds the handler of is neither judged nor run."""
 
 RETRY_INITIAL = 0.05
 RETRY_MAX = 1.0

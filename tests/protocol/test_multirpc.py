@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from rmpd.protocol.calls import NO_HANDLER_GRACE
 from rmpd.protocol.events import CallAnswered, CallRequest, messages_of
 from rmpd.protocol.packets import CallStatus, NonMemberAck, NonMemberData, encode
 from rmpd.protocol.qos import QoS
@@ -113,7 +114,9 @@ def test_call_to_an_unheld_handler_fails_fast() -> None:
     """A caller new to the group gives the server a moment to take the lock; one that knows the group does not."""
     net = group_with_server()
     net.do(CALLER, lambda p, now: p.call("g", b"x", now, handler=3))
-    net.advance(1.5)
+    net.advance(NO_HANDLER_GRACE - 0.5)
+    assert net.of_type(CALLER, CallAnswered) == []
+    net.advance(1.0)
     assert [a.error for a in net.of_type(CALLER, CallAnswered)] == ["no-handler"]
     net.do(CALLER, lambda p, now: p.call("g", b"x", now, handler=3))
     net.advance(0.2)

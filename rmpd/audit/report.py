@@ -7,8 +7,8 @@ once for every invariant together; examples are fetched in a second job only whe
 from __future__ import annotations
 
 import json
+import uuid
 from dataclasses import asdict, dataclass, field
-from functools import reduce
 from typing import Any
 
 from pyspark.sql import DataFrame
@@ -89,7 +89,7 @@ def evaluate(checks: list[Check], examples: int, counted: DataFrame | None = Non
         tallies.append(check.violations.select(F.lit(check.name).alias("inv"), F.lit(0).alias("c"),
                                                F.lit(1).alias("x")))
     rows = (
-        reduce(DataFrame.unionByName, tallies)
+        union_all(tallies)
         .groupBy("inv")
         .agg(F.sum("c").alias("c"), F.sum("x").alias("x"))
         .collect()
@@ -99,9 +99,8 @@ def evaluate(checks: list[Check], examples: int, counted: DataFrame | None = Non
     bad = [c for c in checks if counts.get(c.name, (0, 0))[1] > 0]
     found: dict[str, list[dict[str, Any]]] = {c.name: [] for c in checks}
     if bad and examples > 0:
-        sample = reduce(
-            DataFrame.unionByName,
-            [c.violations.limit(examples).withColumn("invariant", F.lit(c.name)) for c in bad],
+        sample = union_all(
+            [c.violations.limit(examples).withColumn("invariant", F.lit(c.name)) for c in bad]
         ).collect()
         for row in sample:
             d = row.asDict()
@@ -111,6 +110,27 @@ def evaluate(checks: list[Check], examples: int, counted: DataFrame | None = Non
         for c in checks
     ]
     return records, results
+
+
+def union_all(frames: list[DataFrame]) -> DataFrame:
+    """The rows of every frame (each with the columns of the first, by name), as one plan analysed once.
+
+    Pairwise ``unionByName`` analyses the whole plan built so far at every step, and a check's plan is large: over
+    the twenty-odd tallies of an audit that was about a second of a small audit's time.  One ``UNION ALL`` over
+    temporary views of the frames is analysed once; the views are dropped at once (the plan keeps what they named).
+    """
+    if len(frames) == 1:
+        return frames[0]
+    spark = frames[0].sparkSession
+    columns = ", ".join(f"`{c}`" for c in frames[0].columns)
+    names = [f"rmp_audit_{uuid.uuid4().hex}" for _ in frames]
+    try:
+        for name, frame in zip(names, frames, strict=True):
+            frame.createOrReplaceTempView(name)
+        return spark.sql(" UNION ALL ".join(f"SELECT {columns} FROM {name}" for name in names))
+    finally:
+        for name in names:
+            spark.catalog.dropTempView(name)
 
 
 def render(report: AuditReport, console: Console) -> None:

@@ -23,7 +23,6 @@ import trio
 
 from rmpd.localapi import AUTH_REQUIRED, ENCRYPTION_MISMATCH, JOIN_FAILED, LEFT
 from rmpd.protocol.events import JoinFailed, Left, LockResult, Undelivered, ViewInstalled
-from rmpd.protocol.naming import group_address
 from rmpd.protocol.qos import Level, QoS
 from rmpd.protocol.view import View
 
@@ -177,7 +176,7 @@ class Application:
             reason, source = blocking[-1]
             if self.loop.keep_from_founding(group):
                 self.join_refusals[group] = JOIN_BLOCKERS[reason](
-                    group, group_address(group, self.loop.address_range), source, self.loop.guard.encrypt)
+                    group, self.loop.group_address(group), source, self.loop.guard.encrypt)
 
     def auth_hint(self, group: str) -> str:
         """Why a join of ``group`` may have gone unanswered: datagrams on its address, heard while the join waited,

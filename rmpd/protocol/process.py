@@ -28,7 +28,7 @@ from typing import Any
 from .calls import DEFAULT_CALL_TIMEOUT, Caller
 from .config import EngineConfig
 from .engine import Backoff, GroupEngine, Rng
-from .events import Event, JoinFailed, Left, SendRefused, Transmit
+from .events import JoinFailed, Left, SendRefused, Transmit
 from .ids import ProcessId, RequestIds, ViewCounter
 from .limits import check_call
 from .multirpc import ScmpSettings, start_upper
@@ -584,15 +584,6 @@ class RmpProcess:
                         self.get_timer() if deadline else None)
         out.datagrams, out.events, out.records = [], [], []
         return taken
-
-    def datagrams_to_send(self) -> list[Transmit]:
-        return self._out.take_datagrams()
-
-    def events(self) -> list[Event]:
-        return self._out.take_events()
-
-    def journal_records(self) -> list[dict[str, Any]]:
-        return self._out.take_records()
 
     # ------------------------------------------------------------------------------------------------------------
 

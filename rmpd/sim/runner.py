@@ -22,7 +22,7 @@ from typing import Any
 from ..journal import JournalWriter
 from ..protocol.config import EngineConfig
 from ..protocol.engine import GroupEngine
-from ..protocol.events import CallAnswered, CallRequest, Delivered, Left, ViewInstalled
+from ..protocol.events import CallAnswered, CallRequest, Delivered, Left, Transmit, ViewInstalled
 from ..protocol.ids import ViewId
 from ..protocol.limits import MessageTooLarge
 from ..protocol.packets import PacketType
@@ -510,14 +510,15 @@ class Simulation:
         proc = self.procs[i]
         if proc is None:
             return
-        self._transmit(i, proc)
-        events = proc.events()
+        out = proc.take_outputs()
+        self._transmit(i, out.datagrams)
+        events, records = out.events, out.records
         if self.caller is not None:
             self._on_call_events(i, events)
-            events += proc.events()  # what replying produced
-            self._transmit(i, proc)
+            out = proc.take_outputs()  # what replying produced
+            self._transmit(i, out.datagrams)
+            events, records = events + out.events, records + out.records
         deliveries = iter([e for e in events if isinstance(e, Delivered)])  # one per packet, as the records
-        records = proc.journal_records()
         node = self._node(i)
         for rec in records:
             payloads = None
@@ -543,16 +544,16 @@ class Simulation:
         status = proc.status(GROUP)
         if status is not None and status.ack_slots > self.max_ack_slots:
             self.max_ack_slots = status.ack_slots
-        deadline = proc.get_timer()
+        deadline = out.deadline
         if deadline != self.timer_at[i]:
             self.timer_at[i] = deadline
             self.timer_version[i] += 1
             if deadline is not None:
                 self.queue.push(max(deadline, self.queue.now), "timer", (i, self.timer_version[i]))
 
-    def _transmit(self, i: int, proc: RmpProcess) -> None:
+    def _transmit(self, i: int, datagrams: list[Transmit]) -> None:
         copies = self.config.call_dup if i == self.caller else 1
-        for tx in proc.datagrams_to_send():
+        for tx in datagrams:
             if tx.dest is None:
                 for _ in range(copies):  # the caller's calls are duplicated on the wire (--call-dup)
                     self.network.multicast(i, tx.data)

@@ -65,7 +65,7 @@ def test_a_call_or_a_reply_over_one_packet_is_refused_and_nothing_is_kept_to_res
     with pytest.raises(BadArgument, match="timeout"):
         process.call("g", b"x", 0.0, timeout=0)
     assert not process.caller.calls and process.caller.get_timer() is None
-    assert not process.datagrams_to_send()
+    assert not process.take_outputs().datagrams
     process.call("g", b"x" * 1000, 0.0)
     assert len(process.caller.calls) == 1
 

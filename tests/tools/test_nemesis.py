@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from rmpd.bench.nemesis import KILL, RESTART_ALL, plan, tally
+from tools.nemesis import KILL, RESTART_ALL, plan, tally
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -12,7 +12,7 @@ to the membership their daemon already has.
 At the end it heals everything, waits for one view of all hosts (the convergence time, counted from the last heal
 or restart), lets the clients drain, stops the daemons, audits every journal with ``rmp audit``, and reports.
 
-The same module is the per-host client (``python -m rmpd.bench.nemesis client ...``, run inside its namespace):
+The same module is the per-host client (``python -m tools.nemesis client ...``, run inside its namespace):
 its log of what each send returned and what the group delivered is all the report's message counts come from.
 """
 
@@ -39,9 +39,9 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from .daemons import RMP, DaemonProcess
+from rmpd.bench.daemons import RMP, DaemonProcess
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 NETNS = str(ROOT / "scripts" / "netns")
 SUBNET = "10.77.0"
 PORT = 7000
@@ -456,7 +456,7 @@ class Cluster:
         for host in self.hosts:
             err = (self.workdir / f"client-h{host}.err").open("ab")
             self.clients[host] = subprocess.Popen(
-                ["ip", "netns", "exec", f"{self.options.prefix}{host}", sys.executable, "-m", "rmpd.bench.nemesis",
+                ["ip", "netns", "exec", f"{self.options.prefix}{host}", sys.executable, "-m", "tools.nemesis",
                  "client", "--host", str(host), "--socket", str(self.socket(host)), "--group", GROUP,
                  "--rate", str(self.options.rate), "--out", str(self.client_log(host)),
                  "--drain", str(self.options.drain)],

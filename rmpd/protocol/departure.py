@@ -59,6 +59,22 @@ class Departure:
             self.reason = "removed from the view by another member"
         self.depart(now)
 
+    def leave_for(self, reason: str) -> None:
+        """The leave asked for now gives ``reason`` when the membership ends."""
+        self.reason = reason
+
+    def rejoin_when_done(self) -> None:
+        """The process joins the group again by itself once this membership ends (its view merges away)."""
+        self.rejoin = True
+
+    def cut_short(self, now: float, reason: str) -> None:
+        """Out after a failure this member cannot repair: the process joins again, as new.  Nobody will ask a
+        stopped member for anything, so it finishes at once instead of lingering."""
+        self.rejoin = True
+        self.depart(now, reason)
+        if not self.finished:
+            self.finish()
+
     def pass_seen(self, packet: Ack | NewList, now: float) -> None:
         """A departed member still learns what others hold, and that its last pass was confirmed."""
         self.holdings.learn(packet.src, packet.last_ts)

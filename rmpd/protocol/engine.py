@@ -33,7 +33,6 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from enum import Enum
-from operator import attrgetter
 from typing import Any
 
 from .config import EngineConfig
@@ -86,6 +85,10 @@ class MemberState(Enum):
 
     MEMBER = "member"
     DEPARTED = "departed"
+
+
+PacketHandler = Callable[[Any, float], None]
+"""What a packet is dispatched to: the handler of one packet type, given the packet and ``now``."""
 
 
 class GroupEngine:
@@ -160,15 +163,14 @@ class GroupEngine:
         self.liveness = Liveness(ctx, now, suspect=self.suspect_failure, merge=self._merge, cut_off=self._cut_off)
         timers.add("alive", self.liveness.timer, self.liveness.due, frozen_stops=True, departed_stops=True)
         if joined_by is not None:
-            self.liveness.predecessors.add(joined_by.view)
+            self.liveness.joined_from(joined_by.view)
         self.departure = Departure(ctx, ordering, holdings, token, timers)
         timers.add("linger", self.departure, None)
         self.rotation = Rotation(ctx, ordering, holdings, token, self.sender, repair, self.changes, self.departure,
                                  own_ordered=self._maybe_request_leave)
-        handlers = {state: {kind: attrgetter(name)(self) for kind, name in table.items()}
-                    for state, table in DISPATCH.items()}
-        self._member_handlers: dict[type, Callable[[Any, float], None]] = handlers[MemberState.MEMBER]
-        self._departed_handlers: dict[type, Callable[[Any, float], None]] = handlers[MemberState.DEPARTED]
+        handlers = self.dispatch_table()
+        self._member_handlers = handlers[MemberState.MEMBER]
+        self._departed_handlers = handlers[MemberState.DEPARTED]
 
         ordering.start(pid, joined_by, first_seq, view.view_id)
         if delivered_before is not None:
@@ -176,6 +178,23 @@ class GroupEngine:
         outbox.event(ViewInstalled(group, view.view_id, view.members, start_ts))
         outbox.record("view", now, ts=start_ts, members=list(view.members), locks=[list(x) for x in view.locks],
                       view=str(view.view_id))
+
+    def dispatch_table(self) -> dict[MemberState, dict[type, PacketHandler]]:
+        """Packet dispatch by (member state, packet type), to this engine's or its parts' methods.  A member's
+        packet not listed is counted as unhandled; a departed member ignores what is not listed (it only checks
+        whether it may finish)."""
+        rotation, reformation, departure = self.rotation, self.reformation, self.departure
+        return {
+            MemberState.MEMBER: {
+                Data: self._on_data, Ack: rotation.on_ack, NewList: self._on_new_list, Confirm: rotation.on_confirm,
+                Nack: self._on_nack, RecoveryStart: reformation.on_packet, RecoveryVote: reformation.on_packet,
+                RecoveryAckNewList: reformation.on_packet, RecoveryAbort: reformation.on_packet,
+            },
+            MemberState.DEPARTED: {
+                Ack: departure.pass_seen, NewList: departure.pass_seen, Confirm: rotation.on_confirm,
+                Nack: self._on_nack,
+            },
+        }
 
     # ------------------------------------------------------------------------------------------------------------
     # What callers may read
@@ -278,9 +297,8 @@ class GroupEngine:
         """Section 4.6: a process that runs out of buffers delays accepting the token, so nothing more is ordered
         anywhere until it catches up, instead of dropping what was accepted.  Senders' windows then fill and they
         slow down.  Delayed too long, it is declared failed by its predecessor, as the paper intends."""
-        if overrun == self.token.overrun:
+        if not self.token.hold_back(overrun):
             return
-        self.token.overrun = overrun
         if overrun:
             self.stats["overruns"] += 1
         else:
@@ -304,8 +322,8 @@ class GroupEngine:
         """Leave once every message this process sent has been ordered, so nothing it accepted is lost."""
         if self.leaving:
             return
-        self.changes.leaving = True
-        self.departure.reason = reason
+        self.changes.begin_leaving()
+        self.departure.leave_for(reason)
         if self.views.current.size == 1:
             self._depart(now)
             return
@@ -322,8 +340,8 @@ class GroupEngine:
         join is admitted here meanwhile: joiners belong in the surviving view."""
         if self.leaving:
             return
-        self.changes.merging = True
-        self.departure.rejoin = True
+        self.changes.begin_merging()
+        self.departure.rejoin_when_done()
         self.leave(now, reason=f"merging into view {into}")
 
     def _last_to_leave(self) -> bool:
@@ -413,7 +431,7 @@ class GroupEngine:
         if src not in view:
             self.stats["non_member"] += 1
             return
-        self.liveness.last_heard[src] = now
+        self.liveness.heard(src, now)
         if self.ordering.beyond_horizon(packet, self.config.max_ahead):
             self.stats["beyond_horizon"] += 1
             return
@@ -458,7 +476,7 @@ class GroupEngine:
             return
         self.repair.unknown_view(witness, now, self.frozen)
         if isinstance(packet, (Ack, NewList)) and packet.ts > self.token.latest_ack_ts:
-            self.repair.passed_by = True
+            self.repair.ring_passed_by()
             self._progress(now)
 
     def witness_of_unknown_view(self, packet: Packet) -> ProcessId | None:
@@ -526,7 +544,7 @@ class GroupEngine:
             self.stats["qos_mismatch"] += 1
             return
         if gap:
-            self.repair.gappy[packet.src] = None
+            self.repair.maybe_gap(packet.src)
         rule = DELIVERY_RULES[level]
         if rule.on_receipt:
             self.delivery.deliver(packet, ts, now, holders=1)
@@ -540,12 +558,8 @@ class GroupEngine:
         the NULL ACK names the newest timestamp, and the source NACKs what it missed.  Only the token site answers,
         once per prompt interval, so a burst of resends costs one packet."""
         self.stats["resent_after_order"] += 1
-        prompt = now + self.config.null_ack_prompt
-        token = self.token
-        holding = (token.have_token and not (self.frozen or self.leaving)
-                   and self.pid in self.views.current)
-        if holding and (token.null.deadline is None or token.null.deadline > prompt):
-            token.null.deadline = prompt
+        if not (self.frozen or self.leaving) and self.pid in self.views.current:
+            self.token.prompt_null(now + self.config.null_ack_prompt)
 
     # ------------------------------------------------------------------------------------------------------------
     # Other packets
@@ -621,10 +635,7 @@ class GroupEngine:
         unordered = self.sender.unordered_seqs()
         if unordered:
             self.outbox.event(Undelivered(self.group, unordered, reason))
-        self.departure.rejoin = True
-        self.departure.depart(now, reason)
-        if not self.departure.finished:
-            self.departure.finish()
+        self.departure.cut_short(now, reason)
 
     def sync_point(self) -> SyncPoint:
         return self.ordering.sync_point()
@@ -652,7 +663,7 @@ class GroupEngine:
         that stay never deliver two orders: what lay beyond the sync point is ordered again."""
         for packet in self.ordering.truncate(nl.ts - 1, self.pid):
             self.sender.in_flight_again(packet)
-        self.token.latest_ack_ts = min(self.token.latest_ack_ts, nl.ts - 1)
+        self.token.forget_beyond(nl.ts - 1)
         self.rotation.on_new_list(nl, now)
         self.holdings.reformed(nl.ts, len(nl.members))
         self.outbox.record("recovery", now, ts=nl.ts - 1, version=nl.request_id, role="commit",
@@ -665,17 +676,3 @@ class GroupEngine:
             self.rotation.send_ack((), 1, now)  # pass the token at once: the members commit on this ACK
             self._progress(now)
 
-
-DISPATCH: dict[MemberState, dict[type, str]] = {
-    MemberState.MEMBER: {
-        Data: "_on_data", Ack: "rotation.on_ack", NewList: "_on_new_list", Confirm: "rotation.on_confirm",
-        Nack: "_on_nack", RecoveryStart: "reformation.on_packet", RecoveryVote: "reformation.on_packet",
-        RecoveryAckNewList: "reformation.on_packet", RecoveryAbort: "reformation.on_packet",
-    },
-    MemberState.DEPARTED: {
-        Ack: "departure.pass_seen", NewList: "departure.pass_seen", Confirm: "rotation.on_confirm", Nack: "_on_nack",
-    },
-}
-"""Packet dispatch by (member state, packet type), to the engine's (or its part's) method of that name.  A
-member's packet not listed is counted as unhandled; a departed member ignores what is not listed (it only checks
-whether it may finish)."""

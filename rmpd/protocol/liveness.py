@@ -71,6 +71,15 @@ class Liveness:
         heard = self.last_heard.get(member)
         return heard is not None and now - heard < self.config.fail_after / 2
 
+    def joined_from(self, view: ViewId) -> None:
+        """The New List that admitted this member was ordered in ``view``: members still speaking in it are
+        lagging behind, which does not mean we were cut off."""
+        self.predecessors.add(view)
+
+    def heard(self, member: ProcessId, now: float) -> None:
+        """A packet of a view we know came from ``member``: it is alive."""
+        self.last_heard[member] = now
+
     def resume(self, now: float) -> None:
         """A reformation ended: it heard from everyone it kept, so silence counts from now."""
         self.view = self.views.current

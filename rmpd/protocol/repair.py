@@ -225,6 +225,16 @@ class Repair:
         if self.hint.deadline is None and now >= self.hint_quiet_until:
             self.hint.deadline = now + self.config.nack_delay
 
+    def maybe_gap(self, src: ProcessId) -> None:
+        """A packet from ``src`` arrived while an earlier unordered one of its was not held: ask for it if it
+        stays missing (``ask_sources``)."""
+        self.gappy[src] = None
+
+    def ring_passed_by(self) -> None:
+        """A member of our view passed the token in a view we do not know, beyond any timestamp we know: time a
+        stall (``watch``) even with nothing else to wait for."""
+        self.passed_by = True
+
     def token_moved(self) -> None:
         """A new ACK: the ring moves, so no stall, and no hint is needed any more."""
         self.stall.deadline = None

@@ -140,6 +140,23 @@ class Token:
         self.accepted_ts = ts
         self.incoming_quiet = quiet
 
+    def hold_back(self, overrun: bool) -> bool:
+        """Stop accepting the token while the application cannot take more deliveries (section 4.6), or accept it
+        again; False when that was so already."""
+        if overrun == self.overrun:
+            return False
+        self.overrun = overrun
+        return True
+
+    def prompt_null(self, at: float) -> None:
+        """Pass the token on with a NULL ACK by ``at`` when holding it (sooner than planned, never later)."""
+        if self.have_token and (self.null.deadline is None or self.null.deadline > at):
+            self.null.deadline = at
+
+    def forget_beyond(self, ts: int) -> None:
+        """A reformation drops every order beyond its sync point ``ts``: no ACK beyond it is known any more."""
+        self.latest_ack_ts = min(self.latest_ack_ts, ts)
+
     def give_up(self) -> None:
         """Stop holding the token: it was passed on, or this member is no longer in the view."""
         self.have_token = False

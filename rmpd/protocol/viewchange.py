@@ -236,6 +236,15 @@ class ViewChanges:
             self.stats["requests_reissued"] += 1
             self.issue(request.op, request.arg, now)
 
+    def begin_leaving(self) -> None:
+        """The application asked to leave (or the view merges away): no more sends or calls are taken, and the
+        leave is asked for once everything sent is ordered (``leave_wanted``)."""
+        self.leaving = True
+
+    def begin_merging(self) -> None:
+        """This member's view merges into another: join requests are left to that view from now on."""
+        self.merging = True
+
     def leave_wanted(self, sender_idle: bool) -> bool:
         """Leaving, everything sent is ordered, and no leave request is out yet: time to ask for it (so nothing
         this process accepted is lost)."""

@@ -18,7 +18,8 @@ from rmpd.audit.inputs import (
     check_local,
     check_master,
 )
-from rmpd.runtime.auth import AuthKeyError, load_key_file
+from rmpd.keyfile import load_key_file
+from rmpd.wire.sealing import AuthKeyError
 
 audit_app = typer.Typer()
 

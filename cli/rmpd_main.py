@@ -22,7 +22,7 @@ from rmpd.daemon.daemon import run_daemon
 from rmpd.daemon.memberships import MembershipFileError
 from rmpd.daemon.metrics_http import MetricsAddressError
 from rmpd.daemon.server import SocketInUse
-from rmpd.runtime.auth import generate_key_file
+from rmpd.keyfile import generate_key_file
 from rmpd.scmp.latest import LatestStoreError
 
 app = typer.Typer(name="rmpd", help="The RMP daemon: one RMP process per host.", add_completion=False)

@@ -16,7 +16,8 @@ from pyspark.sql import SparkSession
 from rich.console import Console
 from rich.markup import escape
 
-from rmpd.runtime.auth import AuthKeyError, GroupKey, load_key_file
+from rmpd.keyfile import load_key_file
+from rmpd.wire.sealing import AuthKeyError, GroupKey
 
 from .inputs import EXIT_SPARK_FAILED, EXIT_UNREADABLE
 from .invariants import journal_checks

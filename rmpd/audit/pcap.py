@@ -27,7 +27,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from rmpd.runtime.auth import GroupKey
+from rmpd.wire.sealing import GroupKey
 
 from .check import Check, example
 
@@ -118,7 +118,7 @@ def decode_capture(file: str, data: bytes, key: GroupKey | None = None) -> Itera
     """Rows of ``PACKET_SCHEMA`` for one capture; kind ``undecodable`` for frames the codec rejects, ``encrypted``
     for sealed ones it cannot open without ``key``, ``unauthentic`` for RMP datagrams that do not open under it."""
     from rmpd.protocol.packets import Ack, DecodeError, NewList, decode
-    from rmpd.runtime.auth import SEALED_TAGS, aead_cipher, signed_body, unseal
+    from rmpd.wire.sealing import SEALED_TAGS, aead_cipher, signed_body, unseal
 
     cipher = aead_cipher(key) if key is not None else None
     for frame, payload in udp_payloads(data):

@@ -24,7 +24,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from rmpd.runtime.auth import generate_key_file
+from rmpd.keyfile import generate_key_file
 
 from .daemons import DaemonProcess, process_cpu_seconds
 from .worker import JOIN_INTERVAL, JOIN_RETRIES

@@ -20,6 +20,7 @@ from typing import Any
 import trio
 from prometheus_client import CollectorRegistry
 
+from rmpd.keyfile import load_key_file
 from rmpd.localapi import BAD_REQUEST, DEFAULT_MIN_PARTITION, parse_min_partition
 from rmpd.protocol.calls import CALL_ERRORS, CALL_GRACE, DEFAULT_CALL_TIMEOUT
 from rmpd.protocol.config import EngineConfig
@@ -34,7 +35,7 @@ from rmpd.protocol.process import NotMember
 from rmpd.protocol.qos import QoS
 from rmpd.protocol.view import LIBRARY_HANDLER
 from rmpd.runtime.adapter import Application, LockRequests, OwnMessages
-from rmpd.runtime.auth import DatagramGuard, load_key_file
+from rmpd.runtime.auth import DatagramGuard
 from rmpd.runtime.journal import FlushingJournal
 from rmpd.runtime.loop import ProcessLoop
 from rmpd.runtime.net import interface_address, loopback_interface, max_packet_for
@@ -90,7 +91,7 @@ class Node:
                  journal: str | Path | None = None, config: EngineConfig | None = None,
                  auth_key: str | Path | None = None, encrypt: bool = False, via: str | None = None) -> None:
         """``auth_key``: a group key file (``rmpd keygen``), as for the daemon's ``--auth-key``; raises
-        :class:`rmpd.runtime.auth.AuthKeyError` when it cannot be used."""
+        :class:`rmpd.wire.sealing.AuthKeyError` when it cannot be used."""
         key = load_key_file(Path(auth_key)) if auth_key is not None else None
         self._guard = DatagramGuard(key, encrypt=encrypt)
         self._ip = bind or interface_address(interface or loopback_interface())

@@ -18,14 +18,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rmpd.keyfile import load_key_file
 from rmpd.localapi import DEFAULT_MAX_FRAME, default_socket_path
 from rmpd.protocol.config import EngineConfig
 from rmpd.protocol.flow import CONGESTION_CONTROLS
 from rmpd.protocol.ids import split_process_id
 from rmpd.protocol.multirpc import ScmpSettings
 from rmpd.protocol.naming import DEFAULT_RANGE
-from rmpd.runtime.auth import AuthKeyError, DatagramGuard, load_key_file
+from rmpd.runtime.auth import DatagramGuard
 from rmpd.runtime.net import ConfigError, interface_address, loopback_interface, max_packet_for
+from rmpd.wire.sealing import AuthKeyError
 
 from .memberships import Membership, parse_memberships
 from .metrics_http import parse_address

@@ -35,8 +35,9 @@ from rmpd.protocol.quorum import Quorum
 from rmpd.protocol.status import GroupStatus
 from rmpd.protocol.view import View
 from rmpd.scmp.latest import LatestStore
+from rmpd.wire.sealing import SEALED_TAGS
 
-from .auth import SEALED_TAGS, DatagramGuard
+from .auth import DatagramGuard
 from .forwarding import FORWARD_TAG, unwrap, wrap
 from .journal import FlushingJournal
 from .metrics import LoopMetrics

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import struct
 from dataclasses import fields
 from pathlib import Path
@@ -17,7 +18,7 @@ from rmpd.audit.read import UnreadableInput
 from rmpd.protocol.ids import ViewId
 from rmpd.protocol.packets import Ack, Data, NewList, encode
 from rmpd.protocol.qos import QoS
-from rmpd.runtime.auth import DatagramGuard, GroupKey
+from rmpd.wire.sealing import GroupKey, KeyRing
 
 A, B, C, OUTSIDER = "10.0.0.1:7000", "10.0.0.2:7000", "10.0.0.3:7000", "10.0.0.9:7000"
 V1 = ViewId(A, 1)
@@ -125,8 +126,8 @@ OTHER_KEY = GroupKey.from_secret(bytes(range(1, 33)))
 
 def sealed_traffic(encrypt: bool, key: GroupKey = KEY) -> list[bytes]:
     """The clean traffic as a keyed group's daemons put it on the wire (the junk stays as it is)."""
-    guard = DatagramGuard(key, encrypt=encrypt)
-    return [guard.seal(p) if p.startswith(b"RM") else p for p in clean_traffic()]
+    ring = KeyRing(key, encrypt=encrypt, nonces=os.urandom)
+    return [ring.seal(p) if p.startswith(b"RM") else p for p in clean_traffic()]
 
 
 @pytest.mark.parametrize("encrypt", [False, True])

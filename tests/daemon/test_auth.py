@@ -13,10 +13,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from rmpd.daemon.config import ConfigError, load_config
+from rmpd.keyfile import generate_key_file, load_key_file
 from rmpd.protocol.ids import ViewId
 from rmpd.protocol.packets import Data, decode, encode
 from rmpd.protocol.qos import QoS
-from rmpd.runtime.auth import AuthKeyError, DatagramGuard, GroupKey, generate_key_file, load_key_file
+from rmpd.runtime.auth import DatagramGuard
+from rmpd.wire.sealing import AuthKeyError, GroupKey
 
 from .harness import RMPD
 

@@ -17,8 +17,8 @@ from rmpd.protocol.ids import ViewId
 from rmpd.protocol.naming import group_address
 from rmpd.protocol.packets import Data, ListChangeRequest, decode, encode
 from rmpd.protocol.qos import QoS
-from rmpd.runtime.auth import signed_body
 from rmpd.runtime.sockets import open_multicast
+from rmpd.wire.sealing import signed_body
 
 from .harness import RMP, RMPD, Daemon, unique, wait_for
 from .test_loopback_group import start_listener

@@ -15,13 +15,13 @@ import msgpack
 import pytest
 
 from rmpd.daemon.group_status import read_report
+from rmpd.keyfile import generate_key_file
 from rmpd.localapi import BAD_REQUEST, RequestError, parse_request
 from rmpd.protocol.events import StatusAsked, StatusGathered, Transmit
 from rmpd.protocol.naming import group_address
 from rmpd.protocol.outbox import OutputLists
 from rmpd.protocol.packets import StatusQuery, StatusReport, decode, encode
 from rmpd.protocol.statusquery import ANSWER_BURST, StatusQueries
-from rmpd.runtime.auth import generate_key_file
 
 from .harness import Daemon, unique, wait_for
 from .test_local_api import RawClient

@@ -56,6 +56,16 @@ class PacketType(IntEnum):
     STATUS_REPORT = 15
 
 
+TYPE_OFFSET = 3
+"""Where the packet-type byte sits in the header (after the magic and the version)."""
+
+
+def packet_type_of(data: bytes) -> int | None:
+    """The packet-type byte of an encoded packet, read without decoding it (counting datagrams by type) and not
+    checked against :class:`PacketType`; None for bytes too short to carry one."""
+    return data[TYPE_OFFSET] if len(data) > TYPE_OFFSET else None
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # Field kinds: each knows how to put a value on the wire and how to check and rebuild it from untrusted input.
 

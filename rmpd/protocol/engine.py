@@ -45,7 +45,7 @@ from .liveness import Liveness
 from .membership import Op
 from .multirpc import ScmpSettings
 from .ordering import DeliveredBefore, Held, Ordering
-from .outbox import PACKET_NAMES, GroupContext, Outbox, Outputs, Views
+from .outbox import PACKET_NAMES, GroupContext, Outbox, OutputLists, Outputs, Views
 from .packets import (
     Ack,
     Alive,
@@ -71,7 +71,7 @@ from .repair import Repair
 from .rotation import Rotation
 from .sender import Sender
 from .stability import Holdings
-from .status import GroupStatus
+from .status import GroupStatus, MembershipEnd
 from .timers import Backoff, TimerRegistry
 from .token import Token
 from .view import View
@@ -111,6 +111,7 @@ class GroupEngine:
         scmp: ScmpSettings | None = None,
         join_floor: int = 0,
         delivered_before: DeliveredBefore | None = None,
+        wall_offset: float = 0.0,
     ) -> None:
         """Start in ``view``: either as a founding member of a view created out of band (the first member holds
         the token), or, with ``joined_by``, as a joiner admitted by that New List (which names it the next token
@@ -120,7 +121,9 @@ class GroupEngine:
         (``ViewChanges.join_admissible``); the group's, carried in every New List, is taken too when higher.
 
         ``delivered_before``: what this process delivered in its previous membership of the group, which a
-        reformation may order again after this one began: it is not delivered twice."""
+        reformation may order again after this one began: it is not delivered twice.
+
+        ``wall_offset``: seconds from ``now`` to the process's wall clock (SCMP stamps)."""
         if pid not in view:
             raise ValueError(f"{pid} is not a member of view {view.view_id}")
         start_ts = joined_by.ts if joined_by is not None else 0
@@ -141,7 +144,7 @@ class GroupEngine:
         # never collide with ones it sent as an earlier member.
         next_seq = 1 + dict(joined_by.seqs).get(pid, 0) if joined_by is not None else first_seq
         self.sender = Sender(ctx, first_seq=next_seq, first_unreliable_seq=first_unreliable_seq, emit=self._emit_own)
-        self.relay = relay = CallRelay(ctx, scmp or ScmpSettings())
+        self.relay = relay = CallRelay(ctx, scmp or ScmpSettings(), wall_offset)
         view_counter = view_counter or ViewCounter(pid, 0, now)
         self.changes = ViewChanges(ctx, ordering, relay, view_counter=view_counter, request_ids=request_ids,
                                    join_floor=join_floor, joined_by=joined_by)
@@ -238,6 +241,36 @@ class GroupEngine:
     def accepts_view(self, view_id: ViewId | None) -> bool:
         return view_id in self.views.known
 
+    @property
+    def app_view(self) -> View:
+        """The view the application has seen installed."""
+        return self.views.app
+
+    def send_backlog(self) -> int:
+        """Packets accepted and not yet sent: cheap, for back-pressure."""
+        return len(self.sender.send_queue)
+
+    @property
+    def finished(self) -> bool:
+        """Departed, and nobody needs anything from this member any more (its ``Left`` was given)."""
+        return self.departure.finished
+
+    @property
+    def settled(self) -> bool:
+        """Departed with nothing left to do for others: finished, or its last view held only this member (whose
+        last pass, to itself, nobody will confirm)."""
+        return self.departure.departed and (self.departure.finished or self.views.current.size == 1)
+
+    def membership_end(self) -> MembershipEnd:
+        """What this membership leaves its process when it is finished."""
+        sender = self.sender
+        return MembershipEnd(self.departure.rejoin, self.views.current, self.reformation.minimum_partition(),
+                             (sender.next_seq - 1, sender.next_unreliable_seq - 1), self.ordering.delivered_state())
+
+    def raise_latest(self, value: int) -> None:
+        """SCMP ``latest`` reached stable storage (``CallRelay.raise_latest``)."""
+        self.relay.raise_latest(value)
+
     # ------------------------------------------------------------------------------------------------------------
     # Outputs
 
@@ -247,6 +280,11 @@ class GroupEngine:
         outbox = self.outbox
         return Outputs(outbox.take_datagrams(), outbox.take_events(), outbox.take_records(), None,
                        self.get_timer() if deadline else None)
+
+    def hand_over(self, into: OutputLists, loop_back: ProcessId | None) -> list[bytes]:
+        """Move the outputs made since the last call into the process's ``into`` (``Outbox.move_to``); returns the
+        bytes of datagrams to ``loop_back``, which were kept out."""
+        return self.outbox.move_to(into, loop_back)
 
     def get_timer(self) -> float | None:
         return self.timers.next_deadline()

@@ -110,6 +110,25 @@ class OutputLists:
         out, self.records = self.records, []
         return out
 
+    def move_to(self, into: OutputLists, loop_back: ProcessId | None) -> list[bytes]:
+        """Append everything made here to ``into``, in order, and keep nothing; datagrams to ``loop_back`` are not
+        appended but returned (their bytes), for the caller to hand over instead of sending.  Lists are taken in
+        place: this runs after every input."""
+        looped: list[bytes] = []
+        if self.datagrams:
+            if loop_back is not None:
+                looped = [tx.data for tx in self.datagrams if tx.dest == loop_back]
+                self.datagrams = [tx for tx in self.datagrams if tx.dest != loop_back]
+            into.datagrams.extend(self.datagrams)
+            self.datagrams = []
+        if self.events:
+            into.events.extend(self.events)
+            self.events = []
+        if self.records:
+            into.records.extend(self.records)
+            self.records = []
+        return looped
+
 
 class Outbox(OutputLists):
     """What one group's engine sends, tells its application and journals."""

@@ -272,7 +272,7 @@ class RmpProcess:
             return
         self.latest = value
         for engine in self.engines.values():
-            engine.relay.calls.filter.raise_latest(value)
+            engine.raise_latest(value)
         self._collect(now)
 
     def _latest_refresh_at(self) -> float | None:
@@ -300,7 +300,7 @@ class RmpProcess:
 
     def view(self, group: str) -> View | None:
         engine = self.engines.get(group)
-        return None if engine is None or engine.departed else engine.views.app
+        return None if engine is None or engine.departed else engine.app_view
 
     # ------------------------------------------------------------------------------------------------------------
     # Inspection: what callers may know of the groups, without reading engine state
@@ -342,7 +342,7 @@ class RmpProcess:
         engine = self.engines.get(group)
         wish = self.rejoin_wishes.get(group)
         if engine is not None:
-            members = engine.views.app.members
+            members = engine.app_view.members
         elif wish is not None:
             members = wish.last_view
         else:
@@ -356,7 +356,7 @@ class RmpProcess:
     def send_backlog(self, group: str) -> int:
         """Packets of ``group`` accepted and not yet sent (0 when not a member): cheap, for back-pressure."""
         engine = self.engines.get(group)
-        return 0 if engine is None else len(engine.sender.send_queue)
+        return 0 if engine is None else engine.send_backlog()
 
     def is_leaving(self, group: str) -> bool:
         """A leave of ``group`` was asked for, or the membership ended and is not yet finished."""
@@ -384,7 +384,7 @@ class RmpProcess:
         confirmation nobody will send (until ``leave_linger``); there is nobody left to serve, so it counts here."""
         if self.joining:
             return False
-        return all(e.departed and (e.departure.finished or e.views.current.size == 1) for e in self.engines.values())
+        return all(engine.settled for engine in self.engines.values())
 
     # ------------------------------------------------------------------------------------------------------------
     # Network and time
@@ -636,9 +636,9 @@ class RmpProcess:
             view_counter=self.view_counter, request_ids=self._request_ids, joined_by=joined_by,
             first_seq=last_seq + 1, first_unreliable_seq=last_unreliable + 1, scmp=scmp,
             join_floor=floor if joined_by is None and self.scmp.upper > 0 else 0,
+            wall_offset=self.wall_offset,
             **({"delivered_before": self._delivered_before.pop(group)} if group in self._delivered_before else {}),
         )
-        engine.relay.wall_offset = self.wall_offset
         self.engines[group] = engine
         engine.handle_timer(now)  # a joiner accepts the token it was named for at once
         self._collect(now)
@@ -662,29 +662,18 @@ class RmpProcess:
             self.caller.datagrams = []
         self._out.events.extend(self.caller.events)
         self.caller.events = []
+        loop_back = self.pid if self.caller.calls else None
         for group, engine in list(self.engines.items()):
-            outbox = engine.outbox  # the engine's outputs, taken in place: this runs after every input
-            if outbox.datagrams:
-                if self.caller.calls:
-                    looped += [tx.data for tx in outbox.datagrams if tx.dest == self.pid]
-                    outbox.datagrams = [tx for tx in outbox.datagrams if tx.dest != self.pid]
-                self._out.datagrams.extend(outbox.datagrams)
-                outbox.datagrams = []
-            if outbox.events:
-                self._out.events.extend(outbox.events)
-                outbox.events = []
-            if outbox.records:
-                self._out.records.extend(outbox.records)
-                outbox.records = []
-            if engine.departure.finished:  # set whenever the engine says Left, in the same step
-                if engine.departure.rejoin:
-                    min_partition, ttl = self._join_settings.get(group, (engine.views.current.min_partition, 1))
-                    last = engine.views.current
-                    self.rejoin_wishes[group] = RejoinWish(min_partition, ttl, last.members,
-                                                           engine.reformation.minimum_partition(),
+            looped += engine.hand_over(self._out, loop_back)
+            if engine.finished:  # set whenever the engine says Left, in the same step
+                end = engine.membership_end()
+                if end.rejoin:
+                    last = end.last_view
+                    min_partition, ttl = self._join_settings.get(group, (last.min_partition, 1))
+                    self.rejoin_wishes[group] = RejoinWish(min_partition, ttl, last.members, end.needed,
                                                            not_before=now)
-                self._last_seqs[group] = (engine.sender.next_seq - 1, engine.sender.next_unreliable_seq - 1)
-                self._delivered_before[group] = engine.ordering.delivered_state()
+                self._last_seqs[group] = end.last_seqs
+                self._delivered_before[group] = end.delivered
                 self.stats.update(engine.stats)  # counters never go back when a group is left
                 del self.engines[group]
         for data in looped:

@@ -24,17 +24,21 @@ from .view import HANDLER_LOCKS
 class CallRelay:
     """The group's side of non-members' calls: relaying them, deciding them, answering them."""
 
-    def __init__(self, ctx: GroupContext, scmp: ScmpSettings) -> None:
+    def __init__(self, ctx: GroupContext, scmp: ScmpSettings, wall_offset: float = 0.0) -> None:
         self.pid, self.group, self.config, self.views = ctx.pid, ctx.group, ctx.config, ctx.views
         self.outbox, self.stats = ctx.outbox, ctx.stats
         self.calls = GroupCalls(scmp)
         """The SCMP filter and the RPC server states (multirpc.py)."""
-        self.wall_offset = 0.0
-        """Seconds to add to ``now`` for this process's wall clock (the process sets it; SCMP stamps use it)."""
+        self.wall_offset = wall_offset
+        """Seconds to add to ``now`` for this process's wall clock (the process's; SCMP stamps use it)."""
 
     def wall_ms(self, now: float) -> int:
         """This process's clock in ms (the caller passes ``now``; ``wall_offset`` maps it to wall-clock time)."""
         return int((now + self.wall_offset) * 1000)
+
+    def raise_latest(self, value: int) -> None:
+        """SCMP ``latest`` reached stable storage: calls stamped up to ``value`` may be accepted."""
+        self.calls.filter.raise_latest(value)
 
     def relay(self, packet: NonMemberData, now: float) -> tuple[Relayed, QoS] | None:
         """A non-member's call or message: what this member carries into the order (None: not this member's to

@@ -6,6 +6,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from .ordering import DeliveredBefore
 from .view import View
 
 
@@ -56,3 +57,18 @@ class GroupStatus:
         """The SCMP call filter and the join floor, as ``rmp status`` shows them (made when asked for: the
         snapshot itself is taken after every step by the simulator)."""
         return self.describe_scmp()
+
+
+@dataclass(frozen=True, slots=True)
+class MembershipEnd:
+    """What a finished membership leaves its process for the next membership of the group."""
+
+    rejoin: bool
+    """The process joins the group again by itself (the view merged away, or this member was cut off)."""
+    last_view: View
+    needed: int
+    """Members of ``last_view`` a view founded again must hold (its minimum partition at its size)."""
+    last_seqs: tuple[int, int]
+    """The last (reliable, unreliable) sequence numbers used: a next membership goes on above them."""
+    delivered: DeliveredBefore
+    """What was delivered here, which the next membership never delivers again."""

@@ -29,6 +29,7 @@ from rmpd.protocol.events import Delivered, Event, JoinFailed, Left, Transmit, V
 from rmpd.protocol.ids import process_id_of, split_process_id
 from rmpd.protocol.multirpc import ScmpSettings
 from rmpd.protocol.naming import DEFAULT_RANGE, group_address
+from rmpd.protocol.packets import packet_type_of
 from rmpd.protocol.process import RmpProcess
 from rmpd.protocol.qos import QoS
 from rmpd.protocol.quorum import Quorum
@@ -163,6 +164,7 @@ class ProcessLoop:
         stats, guard, process = self.stats, self.guard, self.process
         by_type = self.metrics.datagrams_in
         refused: Counter[tuple[str, str]] = Counter()
+        keyless = not guard.keyed
         while True:
             await trio.lowlevel.wait_readable(sock)
             now = trio.current_time()
@@ -183,15 +185,17 @@ class ProcessLoop:
                     data = self._forward(data, source)
                     if data is None:
                         continue
-                if guard.key is None and data[:2] not in SEALED_TAGS:
-                    if len(data) > 3:
-                        by_type[data[3]] += 1  # the wire type byte (packets.encode)
+                if keyless and data[:2] not in SEALED_TAGS:
+                    kind = packet_type_of(data)
+                    if kind is not None:
+                        by_type[kind] += 1
                     process.receive_datagram(data, source, now)  # no key, a plain packet: nothing to open
                     continue
                 packet = guard.open(data, source, where)
                 if packet is not None:
-                    if len(packet) > 3:
-                        by_type[packet[3]] += 1
+                    kind = packet_type_of(packet)
+                    if kind is not None:
+                        by_type[kind] += 1
                     process.receive_datagram(packet, source, now)
                 elif listener is not None:
                     refused[guard.last_refusal or "", source] += 1
@@ -451,7 +455,9 @@ class ProcessLoop:
             self._nursery.start_soon(write)
 
     def _transmit(self, tx: Transmit) -> None:
-        self.metrics.datagrams_out[tx.data[3]] += 1
+        kind = packet_type_of(tx.data)
+        if kind is not None:
+            self.metrics.datagrams_out[kind] += 1
         if tx.dest is None:
             if tx.group is None:
                 self.stats["transmit_without_group"] += 1

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from tools.nemesis import KILL, RESTART_ALL, plan, tally
+from tools.nemesis.plan import KILL, RESTART_ALL, plan
+from tools.nemesis.tally import tally
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -2,114 +2,43 @@
 
 This is what the daemon, an embedded node and the simulator drive.  Inputs: application requests (join, leave,
 send, lock, unlock), datagrams, timer expiries, each with the current time.  Outputs: datagrams (a multicast names
-its group, whose address the shell derives with :func:`rmpd.protocol.naming.group_address`), events, journal
+its group, whose address the runtime derives with :func:`rmpd.protocol.naming.group_address`), events, journal
 records, the next deadline.
 
-Joining (paper 4.3): the process multicasts a List Change Request to the group's address and resends it until a New
-List admits it.  After ``join_retries`` unanswered requests it forms a group of its own, unless the join asked for an
-existing group only, in which case the join fails; but while an Alive of the group was heard lately, it asks again
-instead (up to ``HEARD_ROUNDS`` times): the group exists.  A reformation heard meanwhile counts the same (a reforming
-group sends no Alives, and a process restarted under its old ID is often what made it reform).  A request the
-group's SCMP filter refuses is answered: the process asks again under a new request ID and counts its tries from
-zero, since the group exists.
-
-A membership that ends without the application asking (the view merged into another, or this member was cut off
-and stopped) leaves a wish to rejoin: the process joins the group again, as a new member, when it next hears an
-Alive of it, backing off between attempts that go unanswered (docs/protocol.md, "Healing").
+Joins under way and wishes to rejoin are described in joins.py; where each received datagram goes, in routing.py
+(``PacketRouting``, the half of ``RmpProcess`` that routes).
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
-from typing import Any
+from collections.abc import Sequence
+from dataclasses import replace
 
 from .calls import DEFAULT_CALL_TIMEOUT, Caller
 from .config import EngineConfig
 from .engine import Backoff, GroupEngine, Rng
 from .events import JoinFailed, Left, SendRefused, Transmit
 from .ids import ProcessId, RequestIds, ViewCounter
+from .joins import HEARD_ROUNDS, REFORMATION_ROUNDS, REJOIN_BACKOFF_MAX, JoinAttempt, RejoinWish
 from .limits import check_call
 from .multirpc import ScmpSettings, start_upper
 from .ordering import DeliveredBefore
 from .outbox import OutputLists, Outputs
-from .packets import (
-    Ack,
-    Alive,
-    CallStatus,
-    DecodeError,
-    ListChangeRequest,
-    NewList,
-    NonMemberAck,
-    NonMemberData,
-    Packet,
-    RecoveryAbort,
-    RecoveryAckNewList,
-    RecoveryStart,
-    RecoveryVote,
-    StatusQuery,
-    StatusReport,
-    decode,
-    encode,
-)
+from .packets import ListChangeRequest, NewList, NonMemberAck, encode
 from .qos import QoS
 from .quorum import BELOW_MINIMUM, BLOCKED, JOINING, LEAVING, OPERATIONAL, REFORMING, REJOINING, Quorum
+from .routing import PacketRouting
 from .status import GroupStatus
 from .statusquery import StatusQueries
 from .view import View
-
-
-@dataclass
-class JoinAttempt:
-    request: ListChangeRequest
-    timer: Backoff
-    existing_only: bool
-    tries: int = 0
-    ids: set[int] = field(default_factory=set)
-    """Every request ID this attempt used: a New List answering any of them admits the process."""
-    rejoin: bool = False
-    """Made by the process for a membership that ended by itself: unanswered, it waits for the group again."""
-    rounds: int = 0
-    """Rounds of ``join_retries`` requests made again because the group could be heard (at most ``HEARD_ROUNDS``)."""
-
-
-@dataclass
-class RejoinWish:
-    """A group this process was in until its membership ended without the application asking."""
-
-    min_partition: int
-    ttl: int
-    last_view: tuple[ProcessId, ...]
-    """The members of the view this process was last in."""
-    needed: int
-    """How many of them a new founding needs (the group's minimum partition of that view)."""
-    not_before: float = 0.0
-    """No attempt before this (doubling after each unanswered one, up to ``REJOIN_BACKOFF_MAX``)."""
-    backoff: float = 1.0
-    group_heard: bool = False
-    """An Alive of the group was heard since the wish began: the group exists somewhere."""
-    wishers: dict[ProcessId, float] = field(default_factory=dict)
-    """Members of ``last_view`` heard asking to join meanwhile, and when: they are in no view of the group either."""
-
-
-REJOIN_BACKOFF_MAX = 30.0
-HEARD_ROUNDS = 4
-"""Rounds of join requests a join makes again, before founding or failing, while the group can be heard: its
-token may be on its way back from a failure (a restart's old incarnation is being removed)."""
-
-REFORMATION_ROUNDS = 1
-"""Rounds of join requests made again because a reformation was heard (and no Alive): enough to outlast one."""
-
-REFORMATION_PACKETS = (RecoveryStart, RecoveryVote, RecoveryAckNewList, RecoveryAbort)
-"""A reformation's own packets: heard by a joiner, they say that some group where it listens is reforming."""
 
 
 class NotMember(Exception):
     """The process is not a member of that group (yet)."""
 
 
-class RmpProcess:
+class RmpProcess(PacketRouting):
     def __init__(self, *, pid: ProcessId, config: EngineConfig | None = None, rng: Rng, now: float,
                  wall_ms: int, multicast_capable: bool = True,
                  engine_factory: type[GroupEngine] = GroupEngine, seq_base: int = 0,
@@ -387,66 +316,7 @@ class RmpProcess:
         return all(engine.settled for engine in self.engines.values())
 
     # ------------------------------------------------------------------------------------------------------------
-    # Network and time
-
-    def receive_datagram(self, data: bytes, addr: ProcessId | None, now: float) -> None:
-        try:
-            packet = decode(data)
-        except DecodeError:
-            self.stats["malformed"] += 1
-            return
-        if type(packet) is StatusQuery:
-            self.status_queries.received_query(packet, addr or packet.src, self._answers_for(packet.group), now)
-        elif type(packet) is StatusReport:
-            self.status_queries.received_report(packet, addr or packet.src)
-        else:
-            self.receive_packet(packet, now)
-
-    def _answers_for(self, group: str) -> bool:
-        """Whether this process answers a Status Query of ``group``: it is in it, or waits to rejoin it."""
-        return group in self.engines or group in self.rejoin_wishes
-
-    def receive_packet(self, packet: Packet, now: float) -> None:
-        """Route a packet: by its type to the process's own handlers, else to the group whose view it names."""
-        route = self._ROUTES.get(type(packet))
-        if route is None:
-            self._by_view(packet, now)
-        else:
-            route(self, packet, now)
-        self._collect(now)
-
-    def _on_non_member_ack(self, ack: NonMemberAck, now: float) -> None:
-        if ack.status is CallStatus.JOIN_REFUSED:
-            self._join_refused(ack, now)
-        elif ack.status is CallStatus.REPLY_ACK:
-            for engine in self.engines.values():
-                if engine.accepts_view(ack.view):
-                    engine.reply_acked(ack)
-                    break
-        else:
-            self.caller.receive(ack, now, self.wall_ms(now))
-
-    def _on_new_list(self, nl: NewList, now: float) -> None:
-        if nl.request_src == self.pid and nl.group in self.joining:
-            self._admitted(nl, now)
-        else:
-            self._by_view(nl, now)
-
-    def _by_group(self, packet: ListChangeRequest | NonMemberData | Alive, now: float) -> None:
-        """Join requests, Alives and non-members' packets go by their group, whatever view they name."""
-        engine = self.engines.get(packet.group)
-        if engine is None:
-            wish = self.rejoin_wishes.get(packet.group)
-            if type(packet) is Alive:
-                self._group_heard_at[packet.group] = now
-                self._heard_group(packet.group, now)
-            elif wish is not None and type(packet) is ListChangeRequest and packet.src in wish.last_view:
-                wish.wishers[packet.src] = now
-            self.stats["other_group"] += 1
-        elif isinstance(packet, NonMemberData):
-            engine.non_member_data(packet, now)
-        else:
-            engine.receive_packet(packet, now)
+    # Joins and rejoins heard of, and time
 
     def _heard_group(self, group: str, now: float) -> None:
         """An Alive of a group this process wishes to rejoin: ask to join it, now that it can be heard."""
@@ -465,20 +335,6 @@ class RmpProcess:
         self.rejoin_wishes[group] = wish  # kept until a view is installed (join() dropped it)
         self.joining[group].rejoin = True
 
-    def _by_view(self, packet: Packet, now: float) -> None:
-        view = packet.view
-        for engine in self.engines.values():
-            if engine.accepts_view(view):
-                engine.receive_packet(packet, now)
-                return
-        self.stats["other_view"] += 1
-        if self.joining and (type(packet) in REFORMATION_PACKETS
-                             or (type(packet) is Ack and packet.next_site == self.pid)):
-            self._maybe_our_group(now)
-        for engine in self.engines.values():
-            if engine.witness_of_unknown_view(packet) is not None:
-                engine.receive_packet(packet, now)  # the engine notes a view it has not seen yet
-
     def _maybe_our_group(self, now: float) -> None:
         """A reformation runs where this process listens, or a token is passed to this process ID in a view it
         does not know (its previous incarnation's): a group it is joining may be reforming, and a reforming group
@@ -489,12 +345,6 @@ class RmpProcess:
         self.stats["reformation_heard_while_joining"] += 1
         for group in self.joining:
             self._reformation_heard_at[group] = now
-
-    _ROUTES: dict[type, Callable[[RmpProcess, Any, float], None]] = {
-        NonMemberAck: _on_non_member_ack, NewList: _on_new_list, ListChangeRequest: _by_group,
-        NonMemberData: _by_group, Alive: _by_group,
-    }
-    """Packets the process handles by type; everything else goes to the group whose view it names."""
 
     def _unanswered_rejoin(self, group: str, now: float) -> None:
         """Nobody answered a rejoin.  If no Alive of the group was heard either, and enough members of the last

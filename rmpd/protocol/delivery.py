@@ -11,10 +11,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from .context import GroupContext
 from .events import make_delivered
 from .ids import ProcessId
 from .ordering import Ordering
-from .outbox import GroupContext
 from .packets import Data, Fragment, NewList, Relayed
 from .qos import Level
 from .relay import CallRelay

@@ -5,9 +5,9 @@ finished (its ``Left`` event).
 
 from __future__ import annotations
 
+from .context import GroupContext
 from .events import Left
 from .ordering import Ordering
-from .outbox import GroupContext
 from .packets import Ack, NewList
 from .stability import Holdings
 from .timers import TimerRegistry

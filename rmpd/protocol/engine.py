@@ -36,6 +36,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from .config import EngineConfig
+from .context import GroupContext
 from .delivery import Delivery
 from .departure import Departure
 from .events import SendRefused, Undelivered, ViewInstalled
@@ -46,7 +47,7 @@ from .liveness import Liveness
 from .membership import Op
 from .multirpc import ScmpSettings
 from .ordering import DeliveredBefore, Held, Ordering
-from .outbox import GroupContext, Outbox, OutputLists, Outputs, Views
+from .outbox import Outbox, OutputLists, Outputs
 from .packets import Confirm, Data, NewList, NonMemberAck, NonMemberData
 from .qos import DELIVERY_RULES, Gate, Level, QoS
 from .reformation import Reformation, Rng, SyncPoint
@@ -60,6 +61,7 @@ from .timers import Backoff, TimerRegistry
 from .token import Token
 from .view import View
 from .viewchange import ViewChanges
+from .views import Views
 
 __all__ = ["Backoff", "GroupEngine", "Rng"]
 

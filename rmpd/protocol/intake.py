@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from .config import EngineConfig
 from .ids import ProcessId
-from .outbox import PACKET_NAMES, Views
+from .journalschema import PACKET_NAMES
 from .packets import (
     Ack,
     Alive,
@@ -33,6 +33,7 @@ from .packets import (
     decode,
 )
 from .qos import Level
+from .views import Views
 
 if TYPE_CHECKING:
     from .departure import Departure

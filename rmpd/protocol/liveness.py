@@ -16,8 +16,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from .context import GroupContext
 from .ids import ProcessId, ViewId
-from .outbox import GroupContext
 from .packets import Alive
 from .timers import Deadline
 from .view import View

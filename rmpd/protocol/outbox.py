@@ -8,23 +8,15 @@ the one output contract (``Outputs``) that the process and the trio runtime pass
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from .config import EngineConfig
 from .events import Event, Transmit
-from .ids import ProcessId, ViewId
-from .packets import Ack, Data, NewList, Packet, RecoveryVote, encode
-from .view import View
-
-PACKET_NAMES = {
-    "Data": "data", "Ack": "ack", "Confirm": "confirm", "Nack": "nack", "NewList": "new_list",
-    "ListChangeRequest": "list_change_request", "RecoveryStart": "recovery_start",
-    "RecoveryVote": "recovery_vote", "RecoveryAckNewList": "recovery_ack_new_list",
-    "RecoveryAbort": "recovery_abort", "NonMemberData": "non_member_data", "NonMemberAck": "non_member_ack",
-    "Alive": "alive",
-}
+from .ids import ProcessId
+from .journalschema import PACKET_NAMES, RECORD_FIELDS
+from .packets import Packet, encode
+from .views import Views
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,55 +31,6 @@ class Outputs:
     records: list[dict[str, Any]]
     persist: int | None
     deadline: float | None
-
-
-class Views:
-    """The views one member knows: the one it orders in, the one its application has seen, and every one it has
-    heard of (packets of other views are not for it)."""
-
-    __slots__ = ("app", "current", "known")
-
-    def __init__(self, view: View) -> None:
-        self.current = view
-        """The view packets are ordered in now (the latest New List known)."""
-        self.app = view
-        """The view the application has seen installed (changes when the New List is delivered)."""
-        self.known: dict[ViewId, View] = {view.view_id: view}
-
-    def witness(self, packet: Packet, pid: ProcessId) -> ProcessId | None:
-        """A member of our view that can tell us about the view ``packet`` is stamped with, if there is one.
-
-        The sender, when it is one of ours; otherwise the view's creator, when it is one of ours: a member that a
-        New List we missed brought in speaks in a view we do not know, and passes us the token in it, but the token
-        site that created that view holds the New List.
-        """
-        view = self.current
-        src = getattr(packet, "src", None)
-        if src in view:
-            return src
-        creator = packet.view.creator if packet.view is not None else None
-        if creator in view and creator != pid:
-            return creator
-        return None
-
-
-def _ack_fields(packet: Ack) -> dict[str, Any]:
-    return {"ts": packet.ts, "src": packet.src, "next": packet.next_site,
-            "orders": [[s, n, q.name()] for s, n, q in packet.ids]}
-
-
-def _new_list_fields(packet: NewList) -> dict[str, Any]:
-    return {"ts": packet.ts, "src": packet.src, "next": packet.next_site, "orders": [],
-            "members": [m for m, _ in packet.members], "new_view": str(packet.new_view)}
-
-
-RECORD_FIELDS: dict[type, Callable[[Any], dict[str, Any]]] = {
-    Data: lambda p: {"src": p.src, "seq": p.seq, "qos": p.qos.name()},
-    Ack: _ack_fields,
-    NewList: _new_list_fields,
-    RecoveryVote: lambda p: {"ts": p.sync_ts, "src": p.src},
-}
-"""What a journal record of a sent or received packet carries, by packet type (the rest: ``ts`` and ``src``)."""
 
 
 class OutputLists:
@@ -196,17 +139,3 @@ class Outbox(OutputLists):
         else:
             fields.update(ts=getattr(packet, "ts", None), src=getattr(packet, "src", None))
         self.record(event, now, **fields)
-
-
-@dataclass(frozen=True, slots=True)
-class GroupContext:
-    """What every part of one group's engine is handed: whose membership it is, of which group, its settings, the
-    views it knows, where its output goes, and its counters."""
-
-    pid: ProcessId
-    group: str
-    config: EngineConfig
-    views: Views
-    outbox: Outbox
-    stats: Counter[str]
-

@@ -21,8 +21,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from .context import GroupContext
 from .ids import ProcessId, ViewCounter, ViewId
-from .outbox import GroupContext
 from .packets import (
     NewList,
     Packet,

@@ -11,11 +11,11 @@ from typing import Any
 
 from rmpd.scmp.filter import Verdict
 
+from .context import GroupContext
 from .events import CallRequest, Delivered
 from .ids import ProcessId
 from .limits import check_one_packet
 from .multirpc import GroupCalls, ScmpSettings, relay_of
-from .outbox import GroupContext
 from .packets import RELAYED_TAG, CallStatus, Data, NonMemberAck, NonMemberData, Relayed
 from .qos import Level, QoS
 from .view import HANDLER_LOCKS

@@ -12,11 +12,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from itertools import islice
 
+from .context import GroupContext
 from .flow import RttEstimator
 from .ids import ProcessId
 from .ordering import Ordering
 from .orderingq import SlotKind, SlotState
-from .outbox import GroupContext
 from .packets import Nack, NewList, Packet
 from .timers import Deadline
 from .token import Token

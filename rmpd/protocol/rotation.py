@@ -13,12 +13,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from .context import GroupContext
 from .departure import Departure
 from .events import ViewInstalled
 from .ids import ProcessId
 from .ordering import Ordering
 from .orderingq import Conflict, SlotKind
-from .outbox import GroupContext
 from .packets import Ack, Confirm, DataId, NewList
 from .repair import Repair
 from .sender import Sender

@@ -14,9 +14,9 @@ import itertools
 from collections import deque
 from collections.abc import Callable, Sequence
 
+from .context import GroupContext
 from .flow import CongestionControl, RttEstimator, make_congestion_control
 from .ids import ViewId
-from .outbox import GroupContext
 from .packets import Data, Relayed
 from .packing import Queued
 from .qos import Level, QoS

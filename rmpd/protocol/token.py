@@ -15,9 +15,9 @@ from __future__ import annotations
 from bisect import bisect_left
 from enum import Enum
 
+from .context import GroupContext
 from .flow import RttEstimator
 from .ids import ProcessId
-from .outbox import GroupContext
 from .packets import Ack, Nack, NewList
 from .timers import Backoff, Deadline
 

@@ -13,11 +13,11 @@ import itertools
 from collections.abc import Iterator
 from dataclasses import replace
 
+from .context import GroupContext
 from .events import LockResult
 from .ids import ProcessId, ViewCounter
 from .membership import Op, apply_change
 from .ordering import Ordering
-from .outbox import GroupContext
 from .packets import CallStatus, ListChangeRequest, NewList, NonMemberAck
 from .relay import CallRelay
 from .timers import Backoff

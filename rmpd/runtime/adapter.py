@@ -52,8 +52,9 @@ class JoinOptions:
     via: str | None
 
 
-class Application:
-    """Join waiters, rejoin on ``Left`` and the overrun rule, over one :class:`ProcessLoop`."""
+class ProcessAdapter:
+    """Join waiters, rejoin on ``Left`` and the overrun rule, over one :class:`ProcessLoop`: what the application
+    owning the loop (the daemon's, or an embedded node) does with it alike."""
 
     def __init__(self, loop: ProcessLoop, stats: MutableMapping[str, int]) -> None:
         self.loop = loop
@@ -199,11 +200,13 @@ class Application:
     # A reader behind (section 4.6)
 
     def check_overrun(self, groups: Iterable[str], behind: Callable[[str], bool],
-                      cut: Callable[[str], None]) -> None:
+                      cut: Callable[[str], None], now: float | None = None) -> None:
         """For each of ``groups``: while ``behind(group)``, the process refuses the group's token, so the ring waits
         instead of the reader falling further behind; a reader still behind after OVERRUN_GRACE is ``cut`` off
-        (one stuck reader must not stall the ring until the others declare this process failed)."""
-        now = trio.current_time()
+        (one stuck reader must not stall the ring until the others declare this process failed).  ``now``: the
+        caller's clock (default: trio's)."""
+        if now is None:
+            now = trio.current_time()
         for group in groups:
             is_behind = behind(group)
             since = self.overrun.get(group)
@@ -365,4 +368,7 @@ class LockRequests(Generic[W]):
         return gone
 
 
-__all__ = ["OVERRUN_GRACE", "Application", "LockBusy", "LockRequests", "OwnMessages", "Reply"]
+Application = ProcessAdapter
+"""The name ``ProcessAdapter`` had before; kept only while importers move to the new one."""
+
+__all__ = ["OVERRUN_GRACE", "LockBusy", "LockRequests", "OwnMessages", "ProcessAdapter", "Reply"]

@@ -42,7 +42,7 @@ from .auth import DatagramGuard
 from .forwarding import FORWARD_TAG, unwrap, wrap
 from .journal import FlushingJournal
 from .metrics import LoopMetrics
-from .sockets import MAX_DATAGRAM, Sender, open_multicast, open_unicast
+from .sockets import MAX_DATAGRAM, DatagramSender, open_multicast, open_unicast
 
 log = logging.getLogger("rmpd")
 
@@ -57,15 +57,15 @@ SEND_BACKLOG = 1024
 faster than the ring is slowed to the ring's pace instead of growing the daemon's memory without bound."""
 
 
-class Application(Protocol):
-    """What takes a process's events: the daemon's hub, or an embedded node."""
+class EventHandler(Protocol):
+    """What takes a process's events: the application that owns the loop (the daemon's, or an embedded node)."""
 
     def handle_events(self, events: list[Event]) -> None:
         """The events of one drain, in order (often none: the application also does its after-step work here).
         Requests made from here are taken at once and their outputs drained once this returns."""
 
 
-class _NoApplication:
+class _NoHandler:
     def handle_events(self, events: list[Event]) -> None:
         del events
 
@@ -99,7 +99,7 @@ class ProcessLoop:
         self.sock = open_unicast(ip, port, ttl)
         self.port = self.sock.getsockname()[1]
         self.pid = f"{ip}:{self.port}"
-        self.sender = Sender(self.sock, self.stats)
+        self.sender = DatagramSender(self.sock, self.stats)
         wall_ms = int(time.time() * 1000)
         self.latest_store = LatestStore(latest_path(self.pid)) if latest_path is not None else None
         scmp = scmp or ScmpSettings()
@@ -112,7 +112,7 @@ class ProcessLoop:
         self.process = RmpProcess(pid=self.pid, config=engine_config or EngineConfig(), rng=random.Random(),
                                   now=trio.current_time(), wall_ms=wall_ms, multicast_capable=multicast,
                                   seq_base=wall_ms * 1000, scmp=scmp)
-        self.application: Application = _NoApplication()
+        self.application: EventHandler = _NoHandler()
         self.metrics = LoopMetrics(self)
         self.asked_ttl: dict[str, int] = {}
         """Per group, the multicast TTL this process asked for when it joined (the largest its clients wanted)."""
@@ -135,7 +135,7 @@ class ProcessLoop:
         self.refusal_watch: Callable[[set[str], Counter[tuple[str, str]]], None] | None = None
         """Told, after each batch read from a group's multicast socket, what the group key's check dropped there:
         (the socket's groups, count per (reason, source)).  A join learns from it that its group speaks in a form
-        this process cannot take (``Application.refused``)."""
+        this process cannot take (``ProcessAdapter.refused``)."""
 
     # ------------------------------------------------------------------------------------------------------------
     # Running
@@ -247,7 +247,7 @@ class ProcessLoop:
 
     def keep_from_founding(self, group: str) -> bool:
         """The join of ``group`` fails rather than founds a view if nobody answers (``RmpProcess.keep_from_founding``):
-        the shell heard the group where the process cannot."""
+        the runtime heard the group where the process cannot."""
         return self.process.keep_from_founding(group)
 
     def send(self, group: str, payload: bytes, qos: QoS, handler: int | None = None) -> int | None:
@@ -343,7 +343,8 @@ class ProcessLoop:
         return group_address(group, self.address_range)
 
     def counters(self) -> dict[str, int]:
-        """Shell counters plus the process's and every engine's (malformed, other_view, duplicates, ...)."""
+        """The loop's own counters (sockets, keys, forwarding) plus the process's and every engine's (malformed,
+        other_view, duplicates, ...)."""
         total: Counter[str] = Counter(self.stats)
         total.update(self.process.counters())
         return dict(sorted(total.items()))
@@ -485,7 +486,7 @@ class ProcessLoop:
         listener = self.listeners.get(address)
         if listener is None:
             if self._nursery is None:
-                raise RuntimeError("the shell is not running")
+                raise RuntimeError("the process loop is not running")
             sock = open_multicast(address[0], address[1], self.ip)
             listener = Listener(sock, trio.CancelScope())
             self.listeners[address] = listener

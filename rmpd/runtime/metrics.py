@@ -3,7 +3,7 @@
 The daemon serves the registry over HTTP (``metrics = "127.0.0.1:9464"``); an embedded ``rmpd.Node`` hands it to
 the program (``node.metrics``), which can serve or push it however it likes.  What changes per message is counted
 by the loop where it already passes (one list index per datagram, one counter per delivery batch); everything the
-engine and the shell count already (``ProcessLoop.counters``) and each group's state are read when a scrape asks,
+engine and the loop count already (``ProcessLoop.counters``) and each group's state are read when a scrape asks,
 by a collector, so nothing is copied on the hot path and the numbers are the very ones ``rmp status`` shows.  A
 registry of its own (not the library's global one) keeps two Nodes in one program, or a test, from colliding.
 """
@@ -144,7 +144,7 @@ class _LoopCollector(Collector):
         yield _family("rmpd_nacks_sent", "Negative acknowledgements sent, by kind.", "kind", counters, NACKS)
         yield _single("rmpd_reformations", "Reformations this process started.", counters, "reformations_started")
         yield _single("rmpd_merges", "Views of a group merged into another.", counters, "merges")
-        events = CounterMetricFamily("rmpd_engine_events", "Every counter of the engine and the shell, by name "
+        events = CounterMetricFamily("rmpd_engine_events", "Every counter of the engine and the loop, by name "
                                      "(what rmp status lists).", labels=["counter"])
         for name, value in counters.items():
             events.add_metric([name], value)

@@ -4,8 +4,8 @@ One unicast socket bound to ``ip:port`` is the process ID: everything the proces
 source address of its multicasts is its ID too), and unicasts to it arrive there.  Each group address the process
 listens on gets its own socket bound to that multicast address and port, so groups whose names hash to different
 addresses never see each other's traffic, and several processes on one host (SO_REUSEADDR) all get a copy.
-Sockets are non-blocking stdlib sockets: the shell sends synchronously from its drain step (a full send buffer is
-counted as a drop, like any loss the protocol already recovers from) and waits for input with trio.
+Sockets are non-blocking stdlib sockets: the process loop sends synchronously from its drain step (a full send
+buffer is counted as a drop, like any loss the protocol already recovers from) and waits for input with trio.
 """
 
 from __future__ import annotations
@@ -57,7 +57,7 @@ def open_multicast(group_ip: str, port: int, interface_ip: str) -> socket.socket
     return _datagram_socket(setup)
 
 
-class Sender:
+class DatagramSender:
     """Sends datagrams from the unicast socket, setting the multicast TTL per group; counts what fails."""
 
     def __init__(self, sock: socket.socket, stats: Counter[str]) -> None:

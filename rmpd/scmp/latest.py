@@ -1,4 +1,4 @@
-"""``latest`` on stable storage: the one part of SCMP that does I/O (the daemon's shell calls it, never the engine).
+"""``latest`` on stable storage: the one part of SCMP that does I/O (the runtime's loop calls it, never the engine).
 
 The paper's order is: write ``latest`` to stable storage, then use it.  ``write`` returns only once the value is
 durable (``rmpd.durable.replace_durably``): a crash at any point leaves either the old value or the new one,

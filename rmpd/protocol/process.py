@@ -49,7 +49,7 @@ class RmpProcess(PacketRouting):
 
         ``scmp``: how non-members' calls are filtered; with ``latest`` set (the value found on stable storage, 0
         when there was none) the process is a resilient SCMP server: it asks for ``latest`` to be persisted
-        (:meth:`persist_request`) and accepts calls stamped up to what the shell reports durable
+        (:meth:`persist_request`) and accepts calls stamped up to what the runtime reports durable
         (:meth:`persisted`)."""
         self.pid = pid
         self.scmp = scmp or ScmpSettings()
@@ -124,7 +124,7 @@ class RmpProcess(PacketRouting):
         return self._install(group, view, now)
 
     def keep_from_founding(self, group: str) -> bool:
-        """Make the join of ``group`` under way fail, rather than found a view, if nobody answers it: the shell heard
+        """Make the join of ``group`` under way fail, rather than found a view, if nobody answers it: the runtime heard
         the group on its address in a form this process cannot take (sealed under a key it lacks), so a view founded
         here would be a second group beside it.  A member it can talk to that answers still admits it.  False when
         no such join is under way (a rejoin the process makes by itself is left as it is)."""

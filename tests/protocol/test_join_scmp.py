@@ -23,7 +23,7 @@ CONFIG = EngineConfig(journal=True, request_interval=0.1, join_retries=3)
 
 
 def advance(net: Net, seconds: float) -> None:
-    """Advance the network, writing ``latest`` to 'stable storage' whenever a process asks (what the shell does)."""
+    """Advance the network, writing ``latest`` to 'stable storage' whenever a process asks (what the runtime does)."""
     end = net.now + seconds
     while net.now < end - 1e-9:
         net.advance(min(0.05, end - net.now))

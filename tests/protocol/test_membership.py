@@ -87,7 +87,7 @@ def test_existing_only_join_fails_clearly() -> None:
 def test_a_join_kept_from_founding_fails_unanswered_and_is_still_admitted_when_answered() -> None:
     net = Net(3)
     net.do(1, lambda p, now: p.join("g", now))
-    assert net[1].keep_from_founding("g")  # the shell heard the group in a form it cannot take
+    assert net[1].keep_from_founding("g")  # the runtime heard the group in a form it cannot take
     assert not net[1].keep_from_founding("other")  # no join of it under way
     net.advance(30.0)
     failures = net.of_type(1, JoinFailed)

@@ -36,10 +36,10 @@ from rmpd.protocol.quorum import Quorum
 from rmpd.protocol.status import GroupStatus
 from rmpd.protocol.view import View
 from rmpd.scmp.latest import LatestStore
+from rmpd.wire.forwarding import FORWARD_TAG, unwrap, wrap
 from rmpd.wire.sealing import SEALED_TAGS
 
 from .auth import DatagramGuard
-from .forwarding import FORWARD_TAG, unwrap, wrap
 from .journal import FlushingJournal
 from .metrics import LoopMetrics
 from .sockets import MAX_DATAGRAM, DatagramSender, open_multicast, open_unicast
@@ -89,7 +89,7 @@ class ProcessLoop:
                  via: str | None = None) -> None:
         """``latest_path(pid)``: where SCMP's ``latest`` lives on stable storage (None: no stable storage, so calls
         are filtered by the non-resilient server of figure 2-1).  Raises LatestStoreError for a corrupt file.
-        ``via``: a member's process ID that multicasts for this process (rmpd.runtime.forwarding), for every group
+        ``via``: a member's process ID that multicasts for this process (rmpd.wire.forwarding), for every group
         not joined with a ``via`` of its own."""
         self.ip, self.address_range, self.default_ttl, self.multicast = ip, address_range, ttl, multicast
         self.journal = journal

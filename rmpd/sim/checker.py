@@ -1,9 +1,10 @@
-"""In-process invariant checker: every journal record of every simulated process, checked as it happens.
+"""In-process invariant checker: what every simulated process does, checked as it happens.
 
 The simulator sees all processes at once, on one clock, so it can check what no single process can: one canonical
 order per view, that each token acceptance really held every packet ordered so far, that a K-resilient message was
 held by K members at the moment anyone delivered it, and that members moving through the same two views delivered
-the same messages in between.  Invariant names match ``rmp audit``.
+the same messages in between.  Invariant names match ``rmp audit``.  It is told what processes do as typed
+observations (observations.py), read from their journal records and events.
 
 Processes are named by ``node`` keys that include an incarnation (``ip:port#n``), so a crashed and restarted
 process, which comes back as a new member, is checked as a new process.
@@ -13,10 +14,22 @@ from __future__ import annotations
 
 import itertools
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from ..protocol.qos import Level, QoS
+from .observations import (
+    AckHeld,
+    DataHeld,
+    MembershipEnded,
+    MessageDelivered,
+    Observation,
+    ReformationCommitted,
+    Reincarnated,
+    TokenAccepted,
+    ViewEntered,
+)
 
 DataKey = tuple[str, int]
 
@@ -40,7 +53,7 @@ class SentMessage:
 
 
 class InvariantChecker:
-    """Feed it ``sent`` messages and journal ``records``; read ``violations``."""
+    """Tell it the messages sent (``on_send``) and what processes did (``observe``); read ``violations``."""
 
     MAX_VIOLATIONS = 50
 
@@ -71,6 +84,12 @@ class InvariantChecker:
         self.token_checked: dict[str, int] = {}
         self.reformed: dict[str, tuple[str, ...]] = {}
         """Views made by a reformation, with their members: all they hold up to the sync point is stable."""
+        self._observers: dict[type, Callable[[Any], None]] = {
+            DataHeld: self._on_data_held, AckHeld: self._on_ack, TokenAccepted: self._on_token,
+            ViewEntered: self._on_view, ReformationCommitted: self._on_reformed, MessageDelivered: self._on_deliver,
+            MembershipEnded: self._on_membership_ended, Reincarnated: self._on_reincarnated,
+        }
+        """Each kind of observation and the check it feeds."""
 
     def fail(self, invariant: str, detail: str) -> None:
         self.violation_count += 1
@@ -88,42 +107,31 @@ class InvariantChecker:
         else:
             self.sent[key] = message
 
-    def on_record(self, node: str, rec: dict[str, Any], payloads: tuple[bytes, ...] | None = None) -> None:
-        """``payloads``: the messages the application got with a ``deliver`` record, when known."""
-        event = rec["event"]
-        if event == "deliver":
-            self._on_deliver(node, rec, payloads)
-        elif event in ("send", "recv"):
-            kind = rec["packet"]
-            if kind == "data":
-                if rec["qos"] != "unreliable":
-                    key = (rec["src"], rec["seq"])
-                    self.has_data[node].add(key)
-                    self.holders[key].add(node)
-            elif kind == "ack":
-                self._on_ack(node, rec)
-        elif event == "token":
-            self._on_token(node, rec)
-        elif event == "view":
-            self._on_view(node, rec)
-        elif event == "recovery" and rec.get("role") == "commit":
-            self.reformed[rec["new_view"]] = tuple(rec["members"])
+    def observe(self, observation: Observation) -> None:
+        self._observers[type(observation)](observation)
 
-    def _on_ack(self, node: str, rec: dict[str, Any]) -> None:
-        view, ts = rec["view"], rec["ts"]
-        self.has_ack[node].add((view, ts))
+    def _on_data_held(self, held: DataHeld) -> None:
+        key = (held.src, held.seq)
+        self.has_data[held.node].add(key)
+        self.holders[key].add(held.node)
+
+    def _on_reformed(self, commit: ReformationCommitted) -> None:
+        self.reformed[commit.new_view] = commit.members
+
+    def _on_ack(self, ack: AckHeld) -> None:
+        view, ts = ack.view, ack.ts
+        self.has_ack[ack.node].add((view, ts))
         history = self.history[view]
-        claims = [(ts, ("ack", rec["src"]))] + [(ts + 1 + i, ("data", (s, n))) for i, (s, n, _) in
-                                                 enumerate(rec["orders"])]
+        claims = [(ts, ("ack", ack.src))] + [(ts + 1 + i, ("data", key)) for i, key in enumerate(ack.orders)]
         for at, claim in claims:
             known = history.setdefault(at, claim)
             if known != claim:
-                self.fail("one-order", f"view {view} ts {at}: an ACK from {rec['src']} orders {claim[1]}, "
+                self.fail("one-order", f"view {view} ts {at}: an ACK from {ack.src} orders {claim[1]}, "
                                        f"another ordered {known[1]}")
                 return
 
-    def _on_token(self, node: str, rec: dict[str, Any]) -> None:
-        view, through = rec["view"], rec["ts"]
+    def _on_token(self, token: TokenAccepted) -> None:
+        node, view, through = token.node, token.view, token.through
         start = max(self.token_checked.get(node, 0), self.view_start.get(view, 0) + 1)
         history = self.history[view]
         for ts in range(start, through + 1):
@@ -137,14 +145,13 @@ class InvariantChecker:
                 return
         self.token_checked[node] = max(start, through + 1)
 
-    def _on_view(self, node: str, rec: dict[str, Any]) -> None:
-        view = rec["view"]
-        members = tuple(rec["members"])
+    def _on_view(self, entered: ViewEntered) -> None:
+        node, view, members = entered.node, entered.view, entered.members
         known = self.view_members.setdefault(view, members)
         if known != members:
             self.fail("unique-view-id", f"view {view} names {known} at one process and {members} at {node}")
-        self.view_start.setdefault(view, rec["ts"])
-        locks = {n: holder for n, holder in rec.get("locks") or []}
+        self.view_start.setdefault(view, entered.ts)
+        locks = dict(entered.locks)
         if any(holder not in members for holder in locks.values()):
             self.fail("lock-exclusion", f"view {view} gives a lock to a non-member: {locks}")
         previous = self.views_of[node][-1] if self.views_of[node] else None
@@ -158,18 +165,15 @@ class InvariantChecker:
         self.views_of[node].append(view)
         self.last_total.pop(node, None)
 
-    def _on_deliver(self, node: str, rec: dict[str, Any], payloads: tuple[bytes, ...] | None) -> None:
-        qos = QoS.parse(rec["qos"])
-        src, seq, ts, view = rec["src"], rec["seq"], rec["ts"], rec["view"]
+    def _on_deliver(self, delivered: MessageDelivered) -> None:
+        node, qos, payloads = delivered.node, delivered.qos, delivered.payloads
+        src, seq, ts, view = delivered.src, delivered.seq, delivered.ts, delivered.view
         reliable = qos.level != Level.UNRELIABLE
         sent = self.sent.get((src, seq, reliable))
-        if rec.get("relayed"):
+        if delivered.relayed:
             # A member relaying a non-member's call: no application sent it; it is checked for order like any
             # packet, and the runner checks the calls themselves (each run at most once, answered once).
             sent = self.sent.setdefault((src, seq, reliable), SentMessage(src, seq, qos, ()))
-            payloads = None
-        if rec.get("incomplete"):
-            payloads = None  # the last piece of a message this member joined in the middle of: nothing to compare
         if sent is None or sent.qos != qos or (payloads is not None and payloads != sent.payloads):
             self.fail("integrity", f"{node} delivered {src}#{seq} ({qos.name()}) that was not sent so")
             return
@@ -180,8 +184,8 @@ class InvariantChecker:
             self.fail("no-duplicate", f"{node} delivered {src}#{seq} twice")
             return
         self.delivered[node].add(key)
-        self.delivered_count += rec.get("parts", 1)
-        self.deliveries[node].append((view, key, rec["mono"]))
+        self.delivered_count += delivered.parts
+        self.deliveries[node].append((view, key, delivered.mono))
         if qos.level >= Level.SOURCE:
             last = self.last_source.get((node, src), 0)
             if seq <= last:
@@ -210,25 +214,29 @@ class InvariantChecker:
             # before delivery (the deliverer orders in a later view), K shrinks to the members that remain, which
             # the engine reports as ``need``; either way, that many processes must really have received it.
             members = set(self.view_members.get(view, ()))
-            order_view = rec.get("order_view") or view
+            order_view = delivered.order_view or view
             need = qos.required_holders(len(members) or 1)
             if order_view != view:
-                need = min(need, rec.get("need") or need)
+                need = min(need, delivered.need or need)
                 members |= set(self.view_members.get(order_view, ()) or self.reformed.get(order_view, ()))
             have = len(self.holders[key] & members)
             if have < need:
                 self.fail("k-resilience", f"{node} delivered {src}#{seq} ({qos.name()}) held by {have} < {need}")
 
-    def new_incarnation(self, node: str) -> None:
+    def _on_reincarnated(self, restarted: Reincarnated) -> None:
         """The process restarted under the same ID: a new application, which holds and delivered nothing yet."""
-        self.forget_views(node)
+        node = restarted.node
+        self._forget_views(node)
         for per_node in (self.delivered, self.has_data, self.has_ack):
             per_node.pop(node, None)
         self.token_checked.pop(node, None)
         for key in [k for k in self.last_source if k[0] == node]:
             del self.last_source[key]
 
-    def forget_views(self, node: str) -> None:
+    def _on_membership_ended(self, ended: MembershipEnded) -> None:
+        self._forget_views(ended.node)
+
+    def _forget_views(self, node: str) -> None:
         """The process left its group; if it joins again it is a new member, with a view history of its own."""
         self.views_of[node].append("")
         self.last_total.pop(node, None)

@@ -22,7 +22,8 @@ import msgpack
 
 from rmpd.protocol.packets import HEADER_SIZE, ListChangeRequest, NonMemberData, decode
 
-from .network import EventQueue, LinkFaults, SimNetwork
+from .network import LinkFaults, SimNetwork
+from .schedule import Arrival, Timeline
 
 REPLAY_DELAY = 2.0
 MUTATIONS = ("garbage", "bitflip", "truncate", "extend", "retype", "field", "drop_field", "dup_field", "replay")
@@ -93,7 +94,7 @@ class HostileNetwork(SimNetwork):
     """A :class:`SimNetwork` that, for a share ``rate`` of real datagrams, also delivers hostile ones to the same
     receiver, from the same (spoofed) sender.  ``counts`` says how many of each mutation were delivered."""
 
-    def __init__(self, queue: EventQueue, faults: LinkFaults, rng: random.Random, size: int, *,
+    def __init__(self, queue: Timeline, faults: LinkFaults, rng: random.Random, size: int, *,
                  rate: float, per_datagram: int = 3, guarded: bool = True, hosts: tuple[str, ...] = (),
                  group: str = "") -> None:
         super().__init__(queue, faults, rng, size)
@@ -125,7 +126,7 @@ class HostileNetwork(SimNetwork):
                 continue
             self.counts[kind] += 1
             self.in_flight += 1
-            self.queue.push(self.queue.now + delay, "datagram", (dst, src, hostile))
+            self.queue.push(self.queue.now + delay, Arrival(dst, src, hostile))
 
     def _forgery(self, data: bytes) -> bool:
         """Would only a key holder be able to send this?  True when it decodes to a packet of our own group."""

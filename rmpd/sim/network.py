@@ -2,16 +2,15 @@
 
 Every multicast is copied to each other member independently: each copy may be lost, duplicated, delayed by jitter,
 or held back extra long (reordering).  All randomness comes from one ``random.Random`` seeded by the caller, and
-events with equal times leave the queue in insertion order, so a run is a pure function of its seed.
+the timeline keeps events with equal times in order, so a run is a pure function of its seed.
 """
 
 from __future__ import annotations
 
-import heapq
 import random
-from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+
+from .schedule import Arrival, Timeline
 
 
 @dataclass(frozen=True)
@@ -33,35 +32,10 @@ class LinkFaults:
             raise ValueError("loss 1.0 would drop every datagram; nothing could be delivered")
 
 
-class EventQueue:
-    """Virtual time plus a heap of (time, order, kind, payload)."""
-
-    def __init__(self) -> None:
-        self.now = 0.0
-        self._heap: list[tuple[float, int, str, Any]] = []
-        self._order = 0
-
-    def push(self, at: float, kind: str, payload: Any) -> None:
-        self._order += 1
-        heapq.heappush(self._heap, (at, self._order, kind, payload))
-
-    def pop(self) -> tuple[str, Any]:
-        at, _, kind, payload = heapq.heappop(self._heap)
-        self.now = max(self.now, at)
-        return kind, payload
-
-    def __len__(self) -> int:
-        return len(self._heap)
-
-    def pending(self) -> Iterator[tuple[str, Any]]:
-        """The (kind, payload) of the events still to come, in no particular order."""
-        return ((kind, payload) for _, _, kind, payload in self._heap)
-
-
 class SimNetwork:
-    """Carries datagrams between node indices through ``queue`` as ``("datagram", (dst, src, bytes))`` events."""
+    """Carries datagrams between slots through ``queue`` as :class:`Arrival` events."""
 
-    def __init__(self, queue: EventQueue, faults: LinkFaults, rng: random.Random, size: int) -> None:
+    def __init__(self, queue: Timeline, faults: LinkFaults, rng: random.Random, size: int) -> None:
         self.queue = queue
         self.faults = faults
         self.rng = rng
@@ -92,7 +66,7 @@ class SimNetwork:
             if f.reorder and rng.random() < f.reorder:
                 delay += rng.random() * f.reorder_delay
             self.in_flight += 1
-            self.queue.push(self.queue.now + delay, "datagram", (dst, src, data))
+            self.queue.push(self.queue.now + delay, Arrival(dst, src, data))
 
     def arrived(self) -> None:
         self.in_flight -= 1

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 import rmpd.fuzz
-import rmpd.protocol.process
+import rmpd.protocol.routing
 from rmpd.fuzz import fuzz_decoder, fuzz_engine, fuzz_frames
 from rmpd.protocol.packets import decode
 
@@ -44,7 +44,7 @@ def test_the_drivers_report_an_exception_that_escapes(monkeypatch: pytest.Monkey
         return decode(data)
 
     monkeypatch.setattr(rmpd.fuzz, "decode", fragile)
-    monkeypatch.setattr(rmpd.protocol.process, "decode", fragile)
+    monkeypatch.setattr(rmpd.protocol.routing, "decode", fragile)
     assert not fuzz_decoder(2_000).ok
     report = fuzz_engine(2_000)
     assert not report.ok and "a decoder bug" in report.failures[0]["error"]

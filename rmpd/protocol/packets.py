@@ -7,7 +7,8 @@ sent before the sender knows a view, List Change Request and Non Member Data, na
 so receivers filter packets of other views and hash collisions of group addresses do no harm.
 
 Decoding treats every byte as hostile: anything malformed, truncated, oversized, of an unknown version or type, or
-wrongly typed raises :class:`DecodeError` and nothing else, so the caller counts and drops it.
+wrongly typed raises :class:`DecodeError` and nothing else, so the caller counts and drops it.  Each field's kind
+(fieldkinds.py) checks and rebuilds its value.
 """
 
 from __future__ import annotations
@@ -15,11 +16,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, fields
 from enum import IntEnum
-from typing import Any, ClassVar, NamedTuple
+from typing import ClassVar
 
 import msgpack
 
-from .ids import ProcessId, ViewId, split_process_id
+from .fieldkinds import FIELD_KINDS, MAX_LIST, Body, CallStatus, DataId, DecodeError, Fragment, Relayed
+from .ids import ProcessId, ViewId
 from .qos import QoS
 from .view import View
 
@@ -27,15 +29,6 @@ MAGIC = b"RM"
 VERSION = 1
 HEADER_SIZE = 4
 MAX_DATAGRAM = 65507
-MAX_LIST = 4096
-"""Upper bound on any list inside a packet; longer lists are hostile."""
-
-DataId = tuple[ProcessId, int, QoS]
-"""Identity of a data packet: (source process, per-source sequence number, QoS)."""
-
-
-class DecodeError(ValueError):
-    """The one error remote bytes can raise: the datagram is not a valid RMP packet."""
 
 
 class PacketType(IntEnum):
@@ -66,250 +59,12 @@ def packet_type_of(data: bytes) -> int | None:
     return data[TYPE_OFFSET] if len(data) > TYPE_OFFSET else None
 
 
-# ---------------------------------------------------------------------------------------------------------------
-# Field kinds: each knows how to put a value on the wire and how to check and rebuild it from untrusted input.
-
-
-def _fail(what: str) -> DecodeError:
-    return DecodeError(what)
-
-
-def _int(v: Any) -> int:
-    if type(v) is not int:
-        raise _fail(f"expected int, got {type(v).__name__}")
-    return v
-
-
-def _uint(v: Any) -> int:
-    if type(v) is not int or v < 0:
-        raise _fail("expected unsigned int")
-    return v
-
-
-def _bool(v: Any) -> bool:
-    if type(v) is not bool:
-        raise _fail("expected bool")
-    return v
-
-
-def _str(v: Any) -> str:
-    if type(v) is not str or len(v) > 1024:
-        raise _fail("expected short str")
-    return v
-
-
-def _bytes(v: Any) -> bytes:
-    if type(v) is not bytes:
-        raise _fail("expected bytes")
-    return v
-
-
-_KNOWN_PIDS: set[str] = set()
-"""Process IDs already validated; bounded, since hostile senders can invent any number of them."""
-
-
-def _pid(v: Any) -> ProcessId:
-    if type(v) is str and v in _KNOWN_PIDS:
-        return v
-    v = _str(v)
-    try:
-        split_process_id(v)
-    except ValueError as exc:
-        raise _fail(str(exc)) from None
-    if len(_KNOWN_PIDS) >= 4096:
-        _KNOWN_PIDS.clear()
-    _KNOWN_PIDS.add(v)
-    return v
-
-
-def _view_dec(v: Any) -> ViewId:
-    if type(v) is not list or len(v) != 2:
-        raise _fail("expected view [creator, counter]")
-    return ViewId(_pid(v[0]), _uint(v[1]))
-
-
-def _view_enc(v: ViewId) -> list:
-    return [v.creator, v.counter]
-
-
-def _qos_dec(v: Any) -> QoS:
-    try:
-        return QoS.from_code(_uint(v))
-    except ValueError as exc:
-        raise _fail(str(exc)) from None
-
-
-def _list(v: Any) -> list:
-    if type(v) is not list or len(v) > MAX_LIST:
-        raise _fail("expected bounded list")
-    return v
-
-
-def _ids_dec(v: Any) -> tuple[DataId, ...]:
-    out = []
-    for item in _list(v):
-        if type(item) is not list or len(item) != 3:
-            raise _fail("expected data id [src, seq, qos]")
-        out.append((_pid(item[0]), _uint(item[1]), _qos_dec(item[2])))
-    return tuple(out)
-
-
-def _ids_enc(v: tuple[DataId, ...]) -> list:
-    return [[s, q, qos.code()] for s, q, qos in v]
-
-
-def _uints_dec(v: Any) -> tuple[int, ...]:
-    return tuple(_uint(x) for x in _list(v))
-
-
-def _pids_dec(v: Any) -> tuple[ProcessId, ...]:
-    return tuple(_pid(x) for x in _list(v))
-
-
-def _seqs_dec(v: Any) -> tuple[tuple[ProcessId, int], ...]:
-    out = []
-    for item in _list(v):
-        if type(item) is not list or len(item) != 2:
-            raise _fail("expected [pid, seq]")
-        out.append((_pid(item[0]), _uint(item[1])))
-    return tuple(out)
-
-
-def _pairs_enc(v: tuple[tuple[Any, int], ...]) -> list:
-    return [list(p) for p in v]
-
-
-def _members_dec(v: Any) -> tuple[tuple[ProcessId, bool], ...]:
-    out = []
-    for item in _list(v):
-        if type(item) is not list or len(item) != 2:
-            raise _fail("expected member [pid, multicast_capable]")
-        out.append((_pid(item[0]), _bool(item[1])))
-    if not out:
-        raise _fail("empty member list")
-    return tuple(out)
-
-
-def _locks_dec(v: Any) -> tuple[tuple[int, ProcessId], ...]:
-    out = []
-    for item in _list(v):
-        if type(item) is not list or len(item) != 2:
-            raise _fail("expected lock [number, holder]")
-        out.append((_uint(item[0]), _pid(item[1])))
-    return tuple(out)
-
-
-def _body_dec(v: Any) -> Body:
-    """One message (bytes), a packed list of at least two, a fragment [first, more, chunk], or a relayed
-    non-member call ["nm", caller, conn, stamp, flags, clock, payload, verdict]."""
-    if type(v) is bytes:
-        return v
-    items = _list(v)
-    if items and items[0] == RELAYED_TAG:
-        if len(items) != 8:
-            raise _fail("a relayed call is [tag, caller, conn, stamp, flags, clock, payload, verdict]")
-        if items[7] not in RELAYED_VERDICTS:
-            raise _fail("unknown verdict on a relayed call")
-        return Relayed(RELAYED_TAG, _pid(items[1]), _uint(items[2]), _uint(items[3]), _uint(items[4]),
-                       _uint(items[5]), _bytes(items[6]), items[7])
-    if items and type(items[0]) is bool:
-        if len(items) != 3:
-            raise _fail("a fragment is [first, more, chunk]")
-        return Fragment(items[0], _bool(items[1]), _bytes(items[2]))
-    parts = tuple(items)
-    if set(map(type, parts)) != {bytes}:  # every part bytes, checked at C speed: a packed body holds many
-        raise _fail("expected bytes")
-    if len(parts) < 2:
-        raise _fail("a packed body holds at least two messages")
-    return parts
-
-
-def _body_enc(v: Body) -> bytes | list[Any]:
-    return list(v) if isinstance(v, tuple) else v  # a Fragment is a tuple too: [first, more, chunk]
-
-
-def _status_dec(v: Any) -> CallStatus:
-    try:
-        return CallStatus(_uint(v))
-    except ValueError:
-        raise _fail("unknown call status") from None
-
-
-def _optional(dec: Callable[[Any], Any]) -> Callable[[Any], Any]:
-    return lambda v: None if v is None else dec(v)
-
-
-def _ident(v: Any) -> Any:
-    return v
-
-
-# kind name -> (encode, decode)
-_KINDS: dict[str, tuple[Callable[[Any], Any], Callable[[Any], Any]]] = {
-    "int": (_ident, _int),
-    "uint": (_ident, _uint),
-    "bool": (_ident, _bool),
-    "str": (_ident, _str),
-    "bytes": (_ident, _bytes),
-    "pid": (_ident, _pid),
-    "opt_pid": (_ident, _optional(_pid)),
-    "opt_uint": (_ident, _optional(_uint)),
-    "opt_str": (_ident, _optional(_str)),
-    "opt_bytes": (_ident, _optional(_bytes)),
-    "body": (_body_enc, _body_dec),
-    "view": (_view_enc, _view_dec),
-    "opt_view": (lambda v: None if v is None else _view_enc(v), _optional(_view_dec)),
-    "qos": (lambda q: q.code(), _qos_dec),
-    "status": (int, _status_dec),
-    "ids": (_ids_enc, _ids_dec),
-    "uints": (list, _uints_dec),
-    "pids": (list, _pids_dec),
-    "seqs": (_pairs_enc, _seqs_dec),
-    "members": (_pairs_enc, _members_dec),
-    "locks": (_pairs_enc, _locks_dec),
-}
-
-
 class Packet:
     """Base of all packet classes.  ``KINDS`` gives each field's wire kind, in field order."""
 
     TYPE: ClassVar[PacketType]
     KINDS: ClassVar[tuple[str, ...]]
     view: ViewId | None
-
-
-class Fragment(NamedTuple):
-    """One piece of a message too large for one datagram: ``first`` on the first piece, ``more`` on all but the
-    last."""
-
-    first: bool
-    more: bool
-    chunk: bytes
-
-
-class Relayed(NamedTuple):
-    """A non-member's call carried into the total order by the member that relays it (section 4.5).
-
-    ``clock`` is the relaying member's clock in ms when it relayed; ``verdict`` its SCMP filter's verdict on the
-    call (one of RELAYED_VERDICTS), which every member follows, so the members' verdicts are one (docs/protocol.md,
-    "Non-members and SCMP").
-    """
-
-    tag: str
-    caller: ProcessId
-    conn: int
-    stamp: int
-    flags: int
-    clock: int
-    payload: bytes
-    verdict: str = "new"
-
-
-RELAYED_TAG = "nm"
-
-RELAYED_VERDICTS = ("new", "duplicate", "summary-rejected", "too-early")
-"""The SCMP verdicts a relayed call may carry (``rmpd.scmp.filter.Verdict`` values)."""
-
-Body = bytes | tuple[bytes, ...] | Fragment | Relayed
 
 
 @dataclass(frozen=True, slots=True)
@@ -561,32 +316,6 @@ class NonMemberData(Packet):
     """Not a call: asks the group whether it can take calls, and from which stamp on (answered READY)."""
 
 
-class CallStatus(IntEnum):
-    """What a Non Member ACK says about the call (conn, stamp) it names."""
-
-    ACK = 0
-    """Delivered to the group (and, with a handler, being computed)."""
-    REPLY = 1
-    """The handler's reply, in ``reply``."""
-    UNKNOWN = 2
-    """Rejected by the SCMP filter with no state kept: it may have run before (a copy of a forgotten call, or a
-    call from before a restart) or be a late fresh one; its fate cannot be told, so it will not run now."""
-    TOO_EARLY = 3
-    """Stamped after the group's acceptance bound: the sender's clock runs ahead; the same call may be retried."""
-    NO_HANDLER = 4
-    """No member holds the handler lock the call names (to a probe, with the floor in ``reply`` as for READY)."""
-    REPLY_ACK = 5
-    """From the caller to the member that replied: the reply arrived, it need not be kept."""
-    JOIN_REFUSED = 6
-    """To a joiner, about its List Change Request ``stamp`` (the request ID; ``conn`` is 0): the SCMP filter for
-    join requests refused it (stamped at or below the group's join floor, or too far ahead of the token site's
-    clock).  The group exists: ask again under a new request ID, and do not give up and form a group meanwhile."""
-    READY = 7
-    """The answer to a probe (a Non Member Data with FLAG_PROBE, never run): the group exists, someone holds the
-    handler, and it accepts calls stamped after the floor in ``reply`` (decimal ms): the caller stamps its call
-    afresh above it."""
-
-
 @dataclass(frozen=True, slots=True)
 class NonMemberAck(Packet):
     """An answer about a non-member's call ``(conn, stamp)``, naming the view for the sender to cache; or, with
@@ -640,7 +369,7 @@ _CODECS: dict[type[Packet], tuple[tuple[str, ...], tuple[Callable, ...], tuple[C
 for _cls in PACKET_CLASSES.values():
     _names = tuple(f.name for f in fields(_cls))
     assert len(_names) == len(_cls.KINDS), _cls
-    _CODECS[_cls] = (_names, tuple(_KINDS[k][0] for k in _cls.KINDS), tuple(_KINDS[k][1] for k in _cls.KINDS))
+    _CODECS[_cls] = (_names, tuple(FIELD_KINDS[k][0] for k in _cls.KINDS), tuple(FIELD_KINDS[k][1] for k in _cls.KINDS))
 
 
 def encode(packet: Packet) -> bytes:

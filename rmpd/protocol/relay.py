@@ -13,10 +13,11 @@ from rmpd.scmp.filter import Verdict
 
 from .context import GroupContext
 from .events import CallRequest, Delivered
+from .fieldkinds import RELAYED_TAG, CallStatus, Relayed
 from .ids import ProcessId
 from .limits import check_one_packet
 from .multirpc import GroupCalls, ScmpSettings, relay_of
-from .packets import RELAYED_TAG, CallStatus, Data, NonMemberAck, NonMemberData, Relayed
+from .packets import Data, NonMemberAck, NonMemberData
 from .qos import Level, QoS
 from .view import HANDLER_LOCKS
 

@@ -186,8 +186,8 @@ def test_a_call_stamped_just_after_a_newcomer_joined_is_delivered_at_every_membe
 def test_persisted_latest_covers_a_member_whose_clock_went_back() -> None:
     """The floor alone (own clock + ahead + skew) would let a replayed call through after the clock was set back
     across a restart; the persisted latest still refuses it."""
+    from rmpd.protocol.fieldkinds import RELAYED_TAG, Relayed
     from rmpd.protocol.multirpc import GroupCalls, ScmpSettings, start_upper
-    from rmpd.protocol.packets import RELAYED_TAG, Relayed
     from rmpd.scmp.filter import Verdict
 
     before_crash_stamp = 1_000_000
@@ -206,8 +206,8 @@ def test_a_call_two_relays_carried_as_new_is_delivered_once() -> None:
     """The relay changed while a call was on its way (the handler's lock moved, the first member left): the old and
     the new relay each judged it new before either packet was delivered.  The second delivery is a duplicate, at
     every member alike (each follows the same order), and the responder does not run it again."""
+    from rmpd.protocol.fieldkinds import RELAYED_TAG, Relayed
     from rmpd.protocol.multirpc import GroupCalls, ScmpSettings
-    from rmpd.protocol.packets import RELAYED_TAG, Relayed
     from rmpd.scmp.filter import Verdict
     from rmpd.scmp.rpc import Action
 

@@ -9,12 +9,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from rmpd.protocol.fieldkinds import RELAYED_TAG, RELAYED_VERDICTS
 from rmpd.protocol.ids import ViewId
 from rmpd.protocol.packets import (
     MAX_DATAGRAM,
     PACKET_CLASSES,
-    RELAYED_TAG,
-    RELAYED_VERDICTS,
     Ack,
     CallStatus,
     Data,

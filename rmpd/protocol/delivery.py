@@ -22,7 +22,7 @@ from .stability import Holdings
 from .view import HANDLER_LOCKS
 
 
-class Delivery:
+class Deliverer:
     """The application's side of the order at one member."""
 
     def __init__(self, ctx: GroupContext, ordering: Ordering, holdings: Holdings, relay: CallRelay, *,

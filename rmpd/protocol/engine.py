@@ -37,7 +37,7 @@ from typing import Any
 
 from .config import EngineConfig
 from .context import GroupContext
-from .delivery import Delivery
+from .delivery import Deliverer
 from .departure import Departure
 from .events import SendRefused, Undelivered, ViewInstalled
 from .ids import ProcessId, ViewCounter, ViewId
@@ -124,7 +124,7 @@ class GroupEngine(PacketIntake):
         self.changes = ViewChanges(ctx, ordering, relay, view_counter=view_counter, request_ids=request_ids,
                                    join_floor=join_floor, joined_by=joined_by)
         self.repair = repair = Repair(ctx, ordering, token, start_ts=start_ts, suspect=self.suspect_failure)
-        self.delivery = Delivery(ctx, ordering, holdings, relay,
+        self.delivery = Deliverer(ctx, ordering, holdings, relay,
                                  commit_view=lambda nl, now: self.rotation.commit_view(nl, now))
         self.reformation = Reformation(ctx, rng, view_counter, host=self)
         self.timers = timers = TimerRegistry()

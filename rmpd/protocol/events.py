@@ -20,7 +20,7 @@ class Transmit:
 
 
 @dataclass(frozen=True, slots=True)
-class Delivery:
+class DeliveredMessage:
     """A message handed to the application, in the order its QoS requires."""
 
     group: str
@@ -35,8 +35,8 @@ class Delivery:
     """Position in its packet: messages packed under load share the packet's sequence number."""
 
 
-make_delivery = positional_maker(Delivery)
-"""Delivery(...) with every field given in order, built faster."""
+make_delivered_message = positional_maker(DeliveredMessage)
+"""DeliveredMessage(...) with every field given in order, built faster."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,8 +59,8 @@ class Delivered:
     """This process holds the lock of the packet's handler in the view it is delivered in: it is the member to
     answer the messages (paper 3.3, handlers)."""
 
-    def messages(self) -> list[Delivery]:
-        make = make_delivery
+    def messages(self) -> list[DeliveredMessage]:
+        make = make_delivered_message
         return [make(self.group, self.src, self.seq, self.qos, self.ts, self.view, payload, self.handler, index)
                 for index, payload in enumerate(self.payloads)]
 
@@ -69,8 +69,8 @@ make_delivered = positional_maker(Delivered)
 """Delivered(...) with every field given in order, built faster: the engine makes one per delivered packet."""
 
 
-def messages_of(events: Iterable[object]) -> list[Delivery]:
-    """The messages delivered in ``events``, one Delivery each, in delivery order."""
+def messages_of(events: Iterable[object]) -> list[DeliveredMessage]:
+    """The messages delivered in ``events``, one DeliveredMessage each, in delivery order."""
     return [message for event in events if isinstance(event, Delivered) for message in event.messages()]
 
 

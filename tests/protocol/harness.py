@@ -15,7 +15,7 @@ from typing import Generic, Protocol, TypeVar
 
 from rmpd.protocol.config import EngineConfig
 from rmpd.protocol.engine import GroupEngine
-from rmpd.protocol.events import Delivery, Event, ViewInstalled, messages_of
+from rmpd.protocol.events import DeliveredMessage, Event, ViewInstalled, messages_of
 from rmpd.protocol.ids import ViewId
 from rmpd.protocol.outbox import Outputs
 from rmpd.protocol.packets import Packet, decode
@@ -121,7 +121,7 @@ class Wire(Generic[Node]):
     def delivered(self, i: int) -> list[bytes]:
         return [d.payload for d in messages_of(self.events[self.pids[i]])]
 
-    def deliveries(self, i: int) -> list[Delivery]:
+    def deliveries(self, i: int) -> list[DeliveredMessage]:
         return messages_of(self.events[self.pids[i]])
 
     def views(self, i: int) -> list[tuple[str, ...]]:

@@ -19,14 +19,14 @@ import socket
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import Any, Protocol
 
 import trio
 
 from rmpd.protocol.config import EngineConfig
-from rmpd.protocol.events import Delivered, Event, JoinFailed, Left, Transmit, ViewInstalled
-from rmpd.protocol.ids import process_id_of, split_process_id
+from rmpd.protocol.events import Delivered, Event, JoinFailed, Left, ViewInstalled
+from rmpd.protocol.ids import process_id_of
 from rmpd.protocol.multirpc import ScmpSettings
 from rmpd.protocol.naming import DEFAULT_RANGE, group_address
 from rmpd.protocol.packets import packet_type_of
@@ -36,13 +36,14 @@ from rmpd.protocol.quorum import Quorum
 from rmpd.protocol.status import GroupStatus
 from rmpd.protocol.view import View
 from rmpd.scmp.latest import LatestStore
-from rmpd.wire.forwarding import FORWARD_TAG, unwrap, wrap
+from rmpd.wire.forwarding import FORWARD_TAG, unwrap
 from rmpd.wire.sealing import SEALED_TAGS
 
 from .auth import DatagramGuard
 from .journal import FlushingJournal
 from .metrics import LoopMetrics
-from .sockets import MAX_DATAGRAM, DatagramSender, open_multicast, open_unicast
+from .routes import GroupRoutes
+from .sockets import MAX_DATAGRAM, DatagramSender, Listener, MulticastListeners, open_unicast
 
 log = logging.getLogger("rmpd")
 
@@ -70,15 +71,6 @@ class _NoHandler:
         del events
 
 
-@dataclass
-class Listener:
-    """One multicast socket, shared by every group whose name hashes to its address and port."""
-
-    sock: socket.socket
-    scope: trio.CancelScope
-    groups: set[str] = field(default_factory=set)
-
-
 class ProcessLoop:
     """Owns the process, its sockets, its timer and its journal; see the module docstring."""
 
@@ -91,7 +83,7 @@ class ProcessLoop:
         are filtered by the non-resilient server of figure 2-1).  Raises LatestStoreError for a corrupt file.
         ``via``: a member's process ID that multicasts for this process (rmpd.wire.forwarding), for every group
         not joined with a ``via`` of its own."""
-        self.ip, self.address_range, self.default_ttl, self.multicast = ip, address_range, ttl, multicast
+        self.ip, self.address_range, self.multicast = ip, address_range, multicast
         self.journal = journal
         self.stats: Counter[str] = Counter()
         self.guard = guard if guard is not None else DatagramGuard(stats=self.stats)
@@ -99,7 +91,6 @@ class ProcessLoop:
         self.sock = open_unicast(ip, port, ttl)
         self.port = self.sock.getsockname()[1]
         self.pid = f"{ip}:{self.port}"
-        self.sender = DatagramSender(self.sock, self.stats)
         wall_ms = int(time.time() * 1000)
         self.latest_store = LatestStore(latest_path(self.pid)) if latest_path is not None else None
         scmp = scmp or ScmpSettings()
@@ -114,15 +105,9 @@ class ProcessLoop:
                                   seq_base=wall_ms * 1000, scmp=scmp)
         self.application: EventHandler = _NoHandler()
         self.metrics = LoopMetrics(self)
-        self.asked_ttl: dict[str, int] = {}
-        """Per group, the multicast TTL this process asked for when it joined (the largest its clients wanted)."""
-        self.group_ttl: dict[str, int] = {}
-        """Per group, the TTL multicasts go out with: the view's (the largest any member asked for), or this
-        process's own while it has no view."""
-        self.via = via
-        self.group_via: dict[str, str] = {}
-        """Per group joined naming a member (explicit naming, paper 3.3): the member that multicasts for us."""
-        self.listeners: dict[tuple[str, int], Listener] = {}
+        self.routes = GroupRoutes(DatagramSender(self.sock, self.stats), self.guard, self.stats,
+                                  self.metrics.datagrams_out, address_range=address_range, default_ttl=ttl, via=via)
+        self.listeners = MulticastListeners(ip)
         self._nursery: trio.Nursery | None = None
         self._timer_scope: trio.CancelScope | None = None
         self._deadline = math.inf
@@ -150,9 +135,7 @@ class ProcessLoop:
                 task_status.started()
         finally:
             self._nursery = None
-            for listener in self.listeners.values():
-                listener.sock.close()
-            self.listeners.clear()
+            self.listeners.close()
             self.sock.close()
             if self.journal is not None:
                 self.journal.close()
@@ -227,12 +210,7 @@ class ProcessLoop:
         ``via`` that is no process ID (``ip:port``): with one, every multicast of this group goes through that
         member."""
         address = group_address(group, self.address_range)
-        if via is not None:
-            split_process_id(via)
-            self.group_via[group] = via
-        wanted = max(ttl if ttl is not None else self.default_ttl, self.asked_ttl.get(group, 0))
-        self.asked_ttl[group] = wanted
-        self.group_ttl[group] = max(wanted, self.group_ttl.get(group, 0))
+        wanted = self.routes.joining(group, ttl, via)
         if group in self.process.groups():
             return  # a member, joining, or leaving: a leaving group is joined again once it is left (the owner asks
             # on the Left event)
@@ -338,6 +316,11 @@ class ProcessLoop:
         """Whether ``group`` goes on here, as ``rmp status`` shows it (``RmpProcess.quorum``)."""
         return self.process.quorum(group, trio.current_time())
 
+    @property
+    def group_ttl(self) -> dict[str, int]:
+        """Per group, the TTL its multicasts go out with (``GroupRoutes.group_ttl``; read it, do not change it)."""
+        return self.routes.group_ttl
+
     def group_address(self, group: str) -> tuple[str, int]:
         """The multicast address and port ``group`` uses (its name hashed into this process's address range)."""
         return group_address(group, self.address_range)
@@ -398,8 +381,9 @@ class ProcessLoop:
         the events, for the application."""
         process = self.process
         out = process.take_outputs()
+        transmit = self.routes.transmit
         for tx in out.datagrams:
-            self._transmit(tx)
+            transmit(tx)
         records = out.records
         if records and self.journal is not None:
             wall = time.time()
@@ -417,7 +401,7 @@ class ProcessLoop:
                 metrics.view_installed(event.group)
                 view = process.view(event.group)
                 if view is not None:
-                    self.group_ttl[event.group] = max(view.ttl, self.asked_ttl.get(event.group, self.default_ttl))
+                    self.routes.view_installed(event.group, view)
             elif isinstance(event, ENDED) and not (isinstance(event, Left) and event.rejoining):
                 self._unlisten(event.group)  # a process that rejoins by itself listens for its group meanwhile
         if out.persist is not None:
@@ -455,44 +439,14 @@ class ProcessLoop:
         else:
             self._nursery.start_soon(write)
 
-    def _transmit(self, tx: Transmit) -> None:
-        kind = packet_type_of(tx.data)
-        if kind is not None:
-            self.metrics.datagrams_out[kind] += 1
-        if tx.dest is None:
-            if tx.group is None:
-                self.stats["transmit_without_group"] += 1
-                return
-            via = self.group_via.get(tx.group, self.via)
-            if via is not None:  # a member multicasts it for us
-                self.sender.send(wrap(tx.group, self.guard.seal(tx.data)), split_process_id(via))
-                return
-            address = group_address(tx.group, self.address_range)
-            self.sender.send(self.guard.seal(tx.data), address, self.group_ttl.get(tx.group, self.default_ttl))
-            return
-        try:
-            address = split_process_id(tx.dest)
-        except ValueError:
-            self.stats["transmit_bad_dest"] += 1
-            return
-        self.sender.send(self.guard.seal(tx.data), address)
-
     # ------------------------------------------------------------------------------------------------------------
     # Multicast sockets, opened before a join (to hear the answer) and closed once the group is left
 
     def _listen(self, group: str, address: tuple[str, int]) -> None:
-        if not self.multicast:
-            return
-        listener = self.listeners.get(address)
-        if listener is None:
-            if self._nursery is None:
-                raise RuntimeError("the process loop is not running")
-            sock = open_multicast(address[0], address[1], self.ip)
-            listener = Listener(sock, trio.CancelScope())
-            self.listeners[address] = listener
-            self._nursery.start_soon(self._listen_loop, listener)
-            log.info("listening on %s:%d for group %s", address[0], address[1], group)
-        listener.groups.add(group)
+        if self.multicast:
+            nursery = self._nursery
+            self.listeners.listen(group, address, None if nursery is None else
+                                  lambda listener: nursery.start_soon(self._listen_loop, listener))
 
     async def _listen_loop(self, listener: Listener) -> None:
         with listener.scope, contextlib.suppress(trio.ClosedResourceError):
@@ -511,25 +465,13 @@ class ProcessLoop:
             self.stats["forward_refused"] += 1  # only a member that multicasts forwards: no relay for strangers
             return None
         self.stats["forwarded"] += 1
-        address = group_address(group, self.address_range)
-        self.sender.send(datagram, address, self.group_ttl.get(group, self.default_ttl))
-        for member in sorted(view.unicast_only):
-            if member not in (source, self.pid):
-                self.sender.send(datagram, split_process_id(member))
+        self.routes.multicast_for(source, group, datagram, view, self.pid)
         return datagram
 
     def _unlisten(self, group: str) -> None:
-        self.group_via.pop(group, None)
-        self.group_ttl.pop(group, None)
-        self.asked_ttl.pop(group, None)
-        for address, listener in list(self.listeners.items()):
-            listener.groups.discard(group)
-            if not listener.groups:
-                listener.scope.cancel()
-                trio.lowlevel.notify_closing(listener.sock)
-                listener.sock.close()
-                del self.listeners[address]
+        self.routes.forget(group)
+        self.listeners.unlisten(group)
 
     def describe(self) -> dict[str, Any]:
         return {"pid": self.pid, "multicast": self.multicast, "address_range": self.address_range,
-                "via": self.via, "group_via": dict(self.group_via), "auth": self.guard.describe()}
+                **self.routes.describe(), "auth": self.guard.describe()}

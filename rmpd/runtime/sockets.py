@@ -10,10 +10,16 @@ buffer is counted as a drop, like any loss the protocol already recovers from) a
 
 from __future__ import annotations
 
+import logging
 import socket
 import struct
 from collections import Counter
 from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import trio
+
+log = logging.getLogger("rmpd")
 
 MAX_DATAGRAM = 65535
 
@@ -76,3 +82,49 @@ class DatagramSender:
             self.stats["send_dropped"] += 1
         except OSError:
             self.stats["send_errors"] += 1
+
+
+@dataclass
+class Listener:
+    """One multicast socket, shared by every group whose name hashes to its address and port."""
+
+    sock: socket.socket
+    scope: trio.CancelScope
+    groups: set[str] = field(default_factory=set)
+
+
+class MulticastListeners:
+    """The multicast sockets a process listens on, one per address and port: opened before a join (to hear the
+    answer) and closed once the last group hashed to it is left."""
+
+    def __init__(self, interface_ip: str) -> None:
+        self.interface_ip = interface_ip
+        self.by_address: dict[tuple[str, int], Listener] = {}
+
+    def listen(self, group: str, address: tuple[str, int], serve: Callable[[Listener], None] | None) -> None:
+        """Listen for ``group`` on ``address``; ``serve`` starts reading a socket opened for it (None: nothing can
+        read one now, RuntimeError if a socket must be opened)."""
+        listener = self.by_address.get(address)
+        if listener is None:
+            if serve is None:
+                raise RuntimeError("the process loop is not running")
+            listener = Listener(open_multicast(address[0], address[1], self.interface_ip), trio.CancelScope())
+            self.by_address[address] = listener
+            serve(listener)
+            log.info("listening on %s:%d for group %s", address[0], address[1], group)
+        listener.groups.add(group)
+
+    def unlisten(self, group: str) -> None:
+        """Stop listening for ``group``: a socket no other group needs is closed and its reader cancelled."""
+        for address, listener in list(self.by_address.items()):
+            listener.groups.discard(group)
+            if not listener.groups:
+                listener.scope.cancel()
+                trio.lowlevel.notify_closing(listener.sock)
+                listener.sock.close()
+                del self.by_address[address]
+
+    def close(self) -> None:
+        for listener in self.by_address.values():
+            listener.sock.close()
+        self.by_address.clear()

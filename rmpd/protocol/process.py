@@ -5,8 +5,8 @@ send, lock, unlock), datagrams, timer expiries, each with the current time.  Out
 its group, whose address the runtime derives with :func:`rmpd.protocol.naming.group_address`), events, journal
 records, the next deadline.
 
-Joins under way and wishes to rejoin are described in joins.py; where each received datagram goes, in routing.py
-(``PacketRouting``, the half of ``RmpProcess`` that routes).
+Joins under way and wishes to rejoin are joins.py's (``Joining``, the part of ``RmpProcess`` that joins); where
+each received datagram goes is routing.py's (``PacketRouting``, the part that routes).
 """
 
 from __future__ import annotations
@@ -17,15 +17,15 @@ from dataclasses import replace
 
 from .calls import DEFAULT_CALL_TIMEOUT, Caller
 from .config import EngineConfig
-from .engine import Backoff, GroupEngine, Rng
-from .events import JoinFailed, Left, SendRefused, Transmit
+from .engine import GroupEngine, Rng
+from .events import JoinFailed, Left, SendRefused
 from .ids import ProcessId, RequestIds, ViewCounter
-from .joins import HEARD_ROUNDS, REFORMATION_ROUNDS, REJOIN_BACKOFF_MAX, JoinAttempt, RejoinWish
+from .joins import JoinAttempt, Joining, RejoinWish
 from .limits import check_call
 from .multirpc import ScmpSettings, start_upper
 from .ordering import DeliveredBefore
 from .outbox import OutputLists, Outputs
-from .packets import ListChangeRequest, NewList, NonMemberAck, encode
+from .packets import NewList
 from .qos import QoS
 from .quorum import BELOW_MINIMUM, BLOCKED, JOINING, LEAVING, OPERATIONAL, REFORMING, REJOINING, Quorum
 from .routing import PacketRouting
@@ -38,7 +38,7 @@ class NotMember(Exception):
     """The process is not a member of that group (yet)."""
 
 
-class RmpProcess(PacketRouting):
+class RmpProcess(PacketRouting, Joining):
     def __init__(self, *, pid: ProcessId, config: EngineConfig | None = None, rng: Rng, now: float,
                  wall_ms: int, multicast_capable: bool = True,
                  engine_factory: type[GroupEngine] = GroupEngine, seq_base: int = 0,
@@ -95,24 +95,6 @@ class RmpProcess(PacketRouting):
     # ------------------------------------------------------------------------------------------------------------
     # Application requests
 
-    def join(self, group: str, now: float, *, min_partition: int = 1, ttl: int = 1,
-             existing_only: bool = False) -> None:
-        """Start joining ``group``; a ViewInstalled event (or JoinFailed) follows."""
-        if group in self.engines or group in self.joining:
-            return
-        self.rejoin_wishes.pop(group, None)
-        self._join_settings[group] = (min_partition, ttl)
-        last_seq = self._last_seqs.get(group, (self._seq_base, self._seq_base))[0]
-        request_id = self._request_ids.stamped(self.wall_ms(now))
-        request = ListChangeRequest(group, None, self.pid, request_id, "join", last_seq,
-                                    self.multicast_capable, min_partition, ttl)
-        ids = self._join_ids.setdefault(group, set())
-        ids.add(request_id)
-        attempt = JoinAttempt(request, Backoff(self.config.request_interval, self.config.rto_max), existing_only,
-                              ids=ids)
-        self.joining[group] = attempt
-        self._send_join(attempt, now)
-
     def create(self, group: str, now: float, *, min_partition: int = 1, ttl: int = 1) -> GroupEngine:
         """Form a new group with this process as its only member (asking for multicast TTL ``ttl``)."""
         view_id = self.view_counter.next_view_id(now)
@@ -122,17 +104,6 @@ class RmpProcess(PacketRouting):
         view = View(view_id, (self.pid,), frozenset() if self.multicast_capable else frozenset({self.pid}),
                     min_partition=min_partition, ttls=((self.pid, ttl),))
         return self._install(group, view, now)
-
-    def keep_from_founding(self, group: str) -> bool:
-        """Make the join of ``group`` under way fail, rather than found a view, if nobody answers it: the runtime heard
-        the group on its address in a form this process cannot take (sealed under a key it lacks), so a view founded
-        here would be a second group beside it.  A member it can talk to that answers still admits it.  False when
-        no such join is under way (a rejoin the process makes by itself is left as it is)."""
-        attempt = self.joining.get(group)
-        if attempt is None or attempt.rejoin:
-            return False
-        attempt.existing_only = True
-        return True
 
     def found(self, group: str, view: View, now: float) -> GroupEngine:
         """Start as a founding member of a view made out of band (the simulator's fixed groups)."""
@@ -316,90 +287,10 @@ class RmpProcess(PacketRouting):
         return all(engine.settled for engine in self.engines.values())
 
     # ------------------------------------------------------------------------------------------------------------
-    # Joins and rejoins heard of, and time
-
-    def _heard_group(self, group: str, now: float) -> None:
-        """An Alive of a group this process wishes to rejoin: ask to join it, now that it can be heard."""
-        wish = self.rejoin_wishes.get(group)
-        if wish is not None:
-            wish.group_heard = True
-        if wish is None or group in self.joining or now < wish.not_before:
-            return
-        self._ask_to_rejoin(group, wish, now)
-
-    def _ask_to_rejoin(self, group: str, wish: RejoinWish, now: float) -> None:
-        wish.not_before = now + wish.backoff
-        wish.backoff = min(wish.backoff * 2, REJOIN_BACKOFF_MAX)
-        self.stats["rejoins"] += 1
-        self.join(group, now, min_partition=wish.min_partition, ttl=wish.ttl, existing_only=True)
-        self.rejoin_wishes[group] = wish  # kept until a view is installed (join() dropped it)
-        self.joining[group].rejoin = True
-
-    def _maybe_our_group(self, now: float) -> None:
-        """A reformation runs where this process listens, or a token is passed to this process ID in a view it
-        does not know (its previous incarnation's): a group it is joining may be reforming, and a reforming group
-        sends no Alives.  The join asks one more round (``REFORMATION_ROUNDS``) rather than found a view beside the
-        group that would have to merge later.  Only one: the reformation may be another group's on the same address,
-        or one that will not admit this process soon, and a joiner kept waiting longer leaves stale requests that
-        admit it where it no longer listens."""
-        self.stats["reformation_heard_while_joining"] += 1
-        for group in self.joining:
-            self._reformation_heard_at[group] = now
-
-    def _unanswered_rejoin(self, group: str, now: float) -> None:
-        """Nobody answered a rejoin.  If no Alive of the group was heard either, and enough members of the last
-        view are asking too (as many as its minimum partition needs, this process included), the group has no
-        view left anywhere: the lowest of them founds it again and the others join.  Otherwise the wish waits, and
-        probes again after its back-off."""
-        wish = self.rejoin_wishes.get(group)
-        if wish is None:
-            return
-        recent = now - 2 * self.config.rto_max  # asking right now: a joiner resends at least every rto_max
-        wishers = {pid for pid, at in wish.wishers.items() if at >= recent} | {self.pid}
-        if not wish.group_heard and len(wishers) >= wish.needed and min(wishers) == self.pid:
-            del self.rejoin_wishes[group]
-            self.stats["refounded"] += 1
-            self.create(group, now, min_partition=wish.min_partition, ttl=wish.ttl)
-        wish.group_heard = False
-
-    def _rejoin_probes(self, now: float) -> None:
-        """A wish that has heard nothing of its group asks to join now and then anyway, so that members left with
-        no view at all hear one another (``_unanswered_rejoin``)."""
-        for group, wish in list(self.rejoin_wishes.items()):
-            if group not in self.joining and group not in self.engines and now >= wish.not_before:
-                self._ask_to_rejoin(group, wish, now)
-
-    def _heard_lately(self, heard_at: dict[str, float], group: str, now: float) -> bool:
-        heard = heard_at.get(group)
-        return heard is not None and now - heard <= 2 * self.config.alive_interval
+    # Time
 
     def handle_timer(self, now: float) -> None:
-        for group, attempt in list(self.joining.items()):
-            if attempt.timer.expired(now):
-                if attempt.tries >= self.config.join_retries and not attempt.rejoin and (
-                        (self._heard_lately(self._group_heard_at, group, now) and attempt.rounds < HEARD_ROUNDS)
-                        or (self._heard_lately(self._reformation_heard_at, group, now)
-                        and attempt.rounds < REFORMATION_ROUNDS)):
-                    # The group can be heard: founding another view of it beside it would only make a merge.
-                    self.stats["joins_kept_asking"] += 1
-                    attempt.tries = 0
-                    attempt.rounds += 1
-                    self._send_join(attempt, now)
-                    continue
-                if attempt.tries >= self.config.join_retries:
-                    del self.joining[group]
-                    if attempt.rejoin:
-                        self._unanswered_rejoin(group, now)
-                        continue
-                    if attempt.existing_only:
-                        self._out.events.append(JoinFailed(group, f"group {group!r} not found: no member "
-                                                              f"answered {attempt.tries} join requests"))
-                    else:
-                        self.create(group, now, min_partition=attempt.request.min_partition,
-                                    ttl=attempt.request.ttl)
-                else:
-                    self._send_join(attempt, now)
-        self._rejoin_probes(now)
+        self._join_timers(now)
         refresh = self._latest_refresh_at()
         if refresh is not None and now >= refresh:
             self._persist_wanted = self.wall_ms(now) + self.scmp.persist_ahead_ms
@@ -442,36 +333,6 @@ class RmpProcess(PacketRouting):
         if engine is None or engine.departed:
             raise NotMember(f"not a member of group {group!r}")
         return engine
-
-    def _send_join(self, attempt: JoinAttempt, now: float) -> None:
-        if attempt.tries == 0:
-            attempt.timer.start(now)
-        else:
-            attempt.timer.back_off(now)
-        attempt.tries += 1
-        self.stats["join_requests"] += 1
-        self._out.datagrams.append(Transmit(None, encode(attempt.request), attempt.request.group))
-
-    def _join_refused(self, ack: NonMemberAck, now: float) -> None:
-        """The group refused our current join request (SCMP): ask again, stamped afresh, at the next retry."""
-        for attempt in self.joining.values():
-            if attempt.request.request_id == ack.stamp:
-                self.stats["joins_refused"] += 1
-                request_id = self._request_ids.stamped(self.wall_ms(now))
-                attempt.request = replace(attempt.request, request_id=request_id)
-                attempt.ids.add(request_id)
-                attempt.tries = 0
-                return
-
-    def _admitted(self, nl: NewList, now: float) -> None:
-        attempt = self.joining[nl.group]
-        if nl.request_id not in attempt.ids or not nl.granted:
-            return
-        if self.pid not in (m for m, _ in nl.members):
-            return
-        del self.joining[nl.group]
-        self.rejoin_wishes.pop(nl.group, None)
-        self._install(nl.group, nl.installed_view(), now, joined_by=nl)
 
     def _install(self, group: str, view: View, now: float, joined_by: NewList | None = None) -> GroupEngine:
         self._join_ids.pop(group, None)  # a new membership: requests made before it answer nothing any more

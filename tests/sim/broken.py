@@ -134,11 +134,10 @@ class GrantsHeldLocks(GroupEngine):
 
 
 class ReusesViewIds(GroupEngine):
-    """Names every view it creates with the same ID."""
+    """Names every view it creates with the same ID (it is built with a view counter that never moves)."""
 
     def __init__(self, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        self.changes.view_counter = self.reformation.view_counter = FrozenCounter(self.pid)  # type: ignore[assignment]
+        super().__init__(**{**kwargs, "view_counter": FrozenCounter(kwargs["pid"])})
 
 
 class FrozenCounter:

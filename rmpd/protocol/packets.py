@@ -390,10 +390,11 @@ def decode(data: bytes) -> Packet:
         raise DecodeError("not an RMP datagram")
     if data[2] != VERSION:
         raise DecodeError(f"unsupported version {data[2]}")
+    kind = data[TYPE_OFFSET]
     try:
-        cls = PACKET_CLASSES[PacketType(data[3])]
+        cls = PACKET_CLASSES[PacketType(kind)]
     except ValueError:
-        raise DecodeError(f"unknown packet type {data[3]}") from None
+        raise DecodeError(f"unknown packet type {kind}") from None
     try:
         body = msgpack.unpackb(
             memoryview(data)[HEADER_SIZE:], raw=False, use_list=True, strict_map_key=True,

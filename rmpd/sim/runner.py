@@ -28,7 +28,7 @@ from ..protocol.config import EngineConfig
 from ..protocol.engine import GroupEngine
 from ..protocol.events import Transmit, ViewInstalled
 from ..protocol.ids import ViewId
-from ..protocol.packets import PacketType
+from ..protocol.packets import PacketType, packet_type_of
 from ..protocol.reformation import MIN_PARTITION_MAJORITY
 from ..protocol.status import GroupStatus
 from ..protocol.view import View
@@ -52,7 +52,6 @@ SETTLE_CHECKS = 3
 the Alives exchanged meanwhile, and then have a merge to make."""
 LIVELOCK_EVENTS = 100_000
 """Events at one moment of virtual time after which a run counts as stuck."""
-ALIVE = bytes((PacketType.ALIVE,))
 
 
 class Simulation:
@@ -176,7 +175,7 @@ class Simulation:
         live process with nothing to do (``RmpProcess.quiet``)."""
         for event in self.queue.pending():
             if not isinstance(event, TimerDue | SettleCheck | Arrival) or (
-                    isinstance(event, Arrival) and event.data[3:4] != ALIVE):
+                    isinstance(event, Arrival) and packet_type_of(event.data) != PacketType.ALIVE):
                 return False
         return all(p.quiet() for _, p in self.cluster.live())
 

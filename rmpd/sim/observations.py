@@ -22,10 +22,10 @@ PacketKey = tuple[str, int, str]
 """A packet's identity as journaled: source, sequence number, QoS name (reliable and unreliable numbers differ)."""
 
 
+@dataclass(frozen=True, slots=True)
 class Observation:
     """Something one process (``node``) was seen to do."""
 
-    __slots__ = ()
     node: str
 
 
@@ -33,7 +33,6 @@ class Observation:
 class DataHeld(Observation):
     """``node`` sent or received reliable data packet ``src``#``seq``: it holds it."""
 
-    node: str
     src: str
     seq: int
 
@@ -42,7 +41,6 @@ class DataHeld(Observation):
 class AckHeld(Observation):
     """``node`` sent or received the ACK at ``ts`` of ``view`` from ``src``, which orders ``orders`` after it."""
 
-    node: str
     view: str
     ts: int
     src: str
@@ -53,7 +51,6 @@ class AckHeld(Observation):
 class TokenAccepted(Observation):
     """``node`` accepted the token of ``view``, claiming to hold everything ordered through ``through``."""
 
-    node: str
     view: str
     through: int
 
@@ -62,7 +59,6 @@ class TokenAccepted(Observation):
 class ViewEntered(Observation):
     """``node`` installed ``view`` (its application sees it) at timestamp ``ts``."""
 
-    node: str
     view: str
     ts: int
     members: tuple[str, ...]
@@ -73,7 +69,6 @@ class ViewEntered(Observation):
 class ReformationCommitted(Observation):
     """``node`` committed reformation ``version`` of ``view``: ``new_view`` holds ``members``."""
 
-    node: str
     view: str
     version: int | None
     new_view: str
@@ -87,7 +82,6 @@ class MessageDelivered(Observation):
     ``payloads``: the messages the application got, or None when they are not to be compared (a relayed call,
     the last piece of a message this member joined in the middle of, a journal read back from disk)."""
 
-    node: str
     src: str
     seq: int
     qos: QoS
@@ -107,7 +101,6 @@ class MessageDelivered(Observation):
 class MembershipEnded(Observation):
     """``node`` left its group or was removed: whatever it joins next is a new membership."""
 
-    node: str
     reason: str
 
 
@@ -115,7 +108,6 @@ class MembershipEnded(Observation):
 class Reincarnated(Observation):
     """``node`` restarted under the same process ID: a new application, which holds and delivered nothing yet."""
 
-    node: str
 
 
 def payloads_by_packet(events: Iterable[object]) -> dict[PacketKey, list[tuple[bytes, ...]]]:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import re
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -20,6 +21,8 @@ from typing import Any, NamedTuple
 import msgpack
 import trio
 
+from rmpd.protocol.events import Delivered
+from rmpd.protocol.ids import view_name
 from rmpd.protocol.limits import BadArgument, check_call_handler, check_handler, check_lock
 from rmpd.protocol.qos import QoS
 from rmpd.protocol.reformation import MIN_PARTITION_ALL, MIN_PARTITION_MAJORITY
@@ -391,8 +394,13 @@ def decode_runs_untrusted(runs: Any) -> list[DeliveryRun]:
         raise FrameError(BAD_FRAME, "deliveries must be a list of runs of nine fields") from None
 
 
-def deliveries_event(group: str, runs: list[DeliveryRun]) -> dict[str, Any]:
-    return {"event": EVENT_DELIVERIES, "group": group, "runs": runs}
+def deliveries_event(group: str, delivered: list[Delivered],
+                     answers: Callable[[Delivered], bool] | None = None) -> dict[str, Any]:
+    """The ``deliveries`` event of the engine's ``delivered`` packets, one run each.  ``answers``: whether the
+    client this frame goes to is the one to answer a run (default: as the engine said, ``Delivered.answer``)."""
+    return {"event": EVENT_DELIVERIES, "group": group,
+            "runs": [DeliveryRun(d.src, d.seq, qos_name(d.qos), d.ts, view_name(d.view), d.handler, 0, d.payloads,
+                                 d.answer if answers is None else answers(d)) for d in delivered]}
 
 
 def view_event(group: str, view: str, members: list[str], ts: int | None) -> dict[str, Any]:

@@ -134,7 +134,7 @@ class Reloader:
         except MembershipFileError as exc:
             report.errors.append(f"kept groups not reloaded, kept as they were: {exc}")
         else:
-            before = {**self.hub.recorded, **{m.group: m for m in self.running.groups}}
+            before = {**self.hub.kept.recorded, **{m.group: m for m in self.running.groups}}
             joined, dropped = self.hub.reload_kept(read.groups, recorded)
             if joined or dropped:
                 report.applied.append("groups")
@@ -143,7 +143,7 @@ class Reloader:
             now = {**recorded, **{m.group: m for m in read.groups}}
             report.not_applied += [f"groups: {group}'s min_partition or ttl (at its next join)"
                                    for group in sorted(before.keys() & now.keys())
-                                   if before[group] != now[group] and group in self.hub.persistent]
+                                   if before[group] != now[group] and self.hub.kept.keeps(group)]
         metrics = self.running.metrics
         if read.metrics != self.running.metrics:
             try:

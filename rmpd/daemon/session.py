@@ -33,9 +33,6 @@ class Session:
         self.id = next(_ids)
         self.stream = stream
         self._tx, self._rx = trio.open_memory_channel[bytes](queue_size)
-        self.groups: set[str] = set()
-        self.state_groups: set[str] = set()
-        """Groups this client joined taking part in their state transfer (``state``): counted by later joiners."""
         self.closed = False
         self.cut_reason: dict[str, Any] | None = None
         self.scope = trio.CancelScope()
@@ -128,8 +125,7 @@ class Session:
         return self.queued_frames
 
     def describe(self) -> dict[str, Any]:
-        return {"id": self.id, "groups": sorted(self.groups), "queued": self.queued,
-                "queued_bytes": self.queued_bytes}
+        return {"id": self.id, "queued": self.queued, "queued_bytes": self.queued_bytes}
 
 
 __all__ = ["Session"]

@@ -24,9 +24,11 @@ The parts, each owning its state (docs/architecture.md):
 - ``Liveness`` (liveness.py): Alives, silent members, and merging with another view of the group;
 - ``Outbox`` (outbox.py): what goes out; ``TimerRegistry`` (timers.py): every timer, in firing order.
 
-This module holds what crosses parts: application requests, the timers' handlers, holding a received data packet,
-the step that runs after every input (``_progress``) and what a reformation asks of this member.  Which packets are
-taken and the dispatch table by member state and packet type are intake.py's (``PacketIntake``).
+This module holds what crosses parts: building and wiring them, application requests, the timers' handlers,
+holding a received data packet and the step that runs after every input (``_progress``).  ``GroupEngine`` is made
+of three more parts of its own, each in its module: which packets are taken and the dispatch table by member state
+and packet type (intake.py, ``PacketIntake``), how a membership ends (ending.py, ``MembershipEnding``), and what a
+reformation asks of this member (reformside.py, ``ReformationSide``).
 """
 
 from __future__ import annotations
@@ -39,7 +41,8 @@ from .config import EngineConfig
 from .context import GroupContext
 from .delivery import Deliverer
 from .departure import Departure
-from .events import SendRefused, Undelivered, ViewInstalled
+from .ending import MembershipEnding
+from .events import SendRefused, ViewInstalled
 from .ids import ProcessId, ViewCounter, ViewId
 from .intake import MemberState, PacketIntake
 from .limits import check_handler, check_lock, check_message_size
@@ -50,7 +53,8 @@ from .ordering import DeliveredBefore, Held, Ordering
 from .outbox import Outbox, OutputLists, Outputs
 from .packets import Confirm, Data, NewList, NonMemberAck, NonMemberData
 from .qos import DELIVERY_RULES, Gate, Level, QoS
-from .reformation import Reformation, Rng, SyncPoint
+from .reformation import Reformation, Rng
+from .reformside import ReformationSide
 from .relay import CallRelay
 from .repair import Repair
 from .rotation import Rotation
@@ -66,7 +70,7 @@ from .views import Views
 __all__ = ["Backoff", "GroupEngine", "Rng"]
 
 
-class GroupEngine(PacketIntake):
+class GroupEngine(PacketIntake, MembershipEnding, ReformationSide):
     """One RMP process's state for one group with a given membership view."""
 
     def __init__(
@@ -314,42 +318,6 @@ class GroupEngine(PacketIntake):
         check_lock(lock)
         return self.request_change(Op.UNLOCK, lock, now)
 
-    def leave(self, now: float, reason: str = "left") -> None:
-        """Leave once every message this process sent has been ordered, so nothing it accepted is lost."""
-        if self.leaving:
-            return
-        self.changes.begin_leaving()
-        self.departure.leave_for(reason)
-        if self.views.current.size == 1:
-            self._depart(now)
-            return
-        self._maybe_request_leave(now)
-
-    def _cut_off(self, now: float, reason: str) -> None:
-        """The group went on in a view without this member: stop (and rejoin, ``Left.rejoining``)."""
-        self.reformation.stop()
-        self.stop(now, reason)
-
-    def _merge(self, into: ViewId, now: float) -> None:
-        """Our view merges into the larger view ``into``: leave in order (everything this member sent is ordered
-        first, and every member delivers the same messages of this view) and join that view as a new member.  No
-        join is admitted here meanwhile: joiners belong in the surviving view."""
-        if self.leaving:
-            return
-        self.changes.begin_merging()
-        self.departure.rejoin_when_done()
-        self.leave(now, reason=f"merging into view {into}")
-
-    def _last_to_leave(self) -> bool:
-        """Leaving, alone in the view the application has, with nothing of ours unordered: the last member
-        cannot leave by a New List (nobody would be left to pass the token to), so it simply goes."""
-        views = self.views
-        return views.app.size == 1 and views.current.view_id == views.app.view_id and self.sender.idle
-
-    def _maybe_request_leave(self, now: float) -> None:
-        if self.changes.leave_wanted(self.sender.idle):
-            self.request_change(Op.LEAVE, None, now)
-
     def non_member_data(self, packet: NonMemberData, now: float) -> None:
         """A non-member's call or message: the relay carries it into the order; the other members wait for it."""
         if self.leaving or self.reformation.participation is not None:
@@ -493,61 +461,3 @@ class GroupEngine(PacketIntake):
         waiting = (ordering.deliver_ts <= q.high or bool(token.accept_target) or bool(self.sender.outstanding)
                    or self.repair.passed_by) and not frozen
         self.repair.watch(now, waiting=waiting, frozen=frozen)
-
-    # ------------------------------------------------------------------------------------------------------------
-    # ``ReformationHost``: what a reformation asks of this member
-
-    def _depart(self, now: float) -> None:
-        self.departure.depart(now)  # the reason given when the leave was asked for stands
-
-    def depart(self, now: float) -> None:
-        self.departure.removed(now, self.changes.leaving)
-
-    def stop(self, now: float, reason: str) -> None:
-        """Leave the group after a failure this process cannot repair; its process joins again, as new, once it
-        hears the group (``Left.rejoining``).  Own messages not yet ordered are reported (``Undelivered``): this
-        member will not see them delivered.  Nobody will ask a stopped member for anything: no need to linger."""
-        unordered = self.sender.unordered_seqs()
-        if unordered:
-            self.outbox.event(Undelivered(self.group, unordered, reason))
-        self.departure.cut_short(now, reason)
-
-    def sync_point(self) -> SyncPoint:
-        return self.ordering.sync_point()
-
-    def catch_up(self, target: SyncPoint, now: float) -> None:
-        self.repair.catch_up(target, now)
-
-    def freeze(self) -> None:
-        self.token.freeze()
-        self.timers.stop(frozen=True)
-
-    def unfreeze(self, now: float) -> None:
-        self.sender.unfreeze(now)
-        self.changes.unfreeze(now)
-        self.liveness.resume(now)
-
-    def new_list_fields(self) -> tuple[tuple[tuple[ProcessId, int], ...], int]:
-        return tuple(self.changes.requests_done.items()), self.changes.join_floor
-
-    def recently_heard(self, member: ProcessId, now: float) -> bool:
-        return self.liveness.recently_heard(member, now)
-
-    def reformed(self, nl: NewList, initiator: bool, now: float) -> None:
-        """Phase two: drop everything beyond the sync point, install the New List, go on in the new view.  Members
-        that stay never deliver two orders: what lay beyond the sync point is ordered again."""
-        for packet in self.ordering.truncate(nl.ts - 1, self.pid):
-            self.sender.in_flight_again(packet)
-        self.token.forget_beyond(nl.ts - 1)
-        self.rotation.on_new_list(nl, now)
-        self.holdings.reformed(nl.ts, len(nl.members))
-        self.outbox.record("recovery", now, ts=nl.ts - 1, version=nl.request_id, role="commit",
-                           members=[m for m, _ in nl.members], new_view=str(nl.new_view))
-        if initiator:
-            self.token.take(nl.ts, 0)
-        self.unfreeze(now)
-        self._progress(now)
-        if initiator and self.token.have_token:
-            self.rotation.send_ack((), 1, now)  # pass the token at once: the members commit on this ACK
-            self._progress(now)
-

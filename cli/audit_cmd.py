@@ -80,13 +80,17 @@ def audit(
     try:
         # Spark is imported here so that `rmp --help` and the other commands start fast, and run without it.
         from rmpd.audit.job import audit_and_report
+        from rmpd.audit.jvm import is_small_local_input, plan_launch
         from rmpd.audit.session import get_session
     except ImportError as exc:
         if (exc.name or "").split(".")[0] not in ("pyspark", "py4j"):
             raise
         err.print(f"[red]error:[/red] {escape(INSTALL_HINT)}", soft_wrap=True)
         raise typer.Exit(EXIT_UNREADABLE) from None
-    raise typer.Exit(audit_and_report(
-        lambda: get_session(master, spark_log=spark_log), list(paths or []), list(pcap or []), examples, key,
-        None if json_out is None else str(json_out), Console(soft_wrap=True), err,
-    ))
+    jvm = plan_launch(small=is_small_local_input([*(paths or []), *(pcap or [])]))
+    status = audit_and_report(
+        lambda: get_session(master, spark_log=spark_log, jvm=jvm), list(paths or []), list(pcap or []), examples,
+        key, None if json_out is None else str(json_out), Console(soft_wrap=True), err,
+    )
+    jvm.finish()
+    raise typer.Exit(status)

@@ -1,0 +1,66 @@
+"""`rmp audit` in a process of its own writes the JVM's class-data archive once, whole, and an archive that does
+not fit (a Java or Spark upgrade, a damaged file) changes nothing but the start's speed."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from rmpd.audit.job import SMALL_INPUT_BYTES
+from rmpd.audit.jvm import ARCHIVE_ENV, archive_path, is_small_local_input, plan_launch
+
+from .cases import write_case
+
+RMP = str(Path(sys.executable).with_name("rmp"))
+
+
+def _audit(path: Path, cache: Path, **env: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([RMP, "audit", str(path), "--master", "local[2]"], capture_output=True, text=True,
+                          env={**os.environ, "XDG_CACHE_HOME": str(cache), **env}, timeout=300)
+
+
+def test_the_first_audit_writes_the_archive_and_a_damaged_one_is_ignored(tmp_path: Path) -> None:
+    trace = write_case(tmp_path / "trace", "clean", base=84_000)
+    cache = tmp_path / "cache"
+    first = _audit(trace, cache)
+    assert first.returncode == 0, first.stderr
+    archive = archive_path(str(cache))
+    assert archive.is_file() and archive.stat().st_size > 1_000_000, list(cache.rglob("*"))
+    assert [entry.name for entry in archive.parent.iterdir()] == [archive.name]  # nothing half-written left
+    archive.chmod(0o600)
+    archive.write_bytes(b"not an archive" * 1000)
+    second = _audit(trace, cache)
+    assert second.returncode == 0, second.stderr
+    assert second.stdout == first.stdout
+    assert "cds" not in second.stdout + second.stderr.lower()
+
+
+def test_the_launch_maps_an_archive_writes_a_missing_one_or_neither(tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    writes = plan_launch(small=False)
+    assert writes.writing is not None and writes.writing.parent == archive_path().parent
+    assert f"-XX:ArchiveClassesAtExit={writes.writing}" in writes.options
+    assert not any("TieredStopAtLevel" in option for option in writes.options)  # a large input keeps the defaults
+    archive_path().write_bytes(b"archive")
+    maps = plan_launch(small=True)
+    assert maps.writing is None
+    assert f"-XX:SharedArchiveFile={archive_path()}" in maps.options and "-XX:TieredStopAtLevel=1" in maps.options
+    monkeypatch.setenv(ARCHIVE_ENV, "off")
+    assert not any("Archive" in option for option in plan_launch(small=True).options)
+
+
+def test_small_local_input_is_measured_before_spark_starts(tmp_path: Path) -> None:
+    trace = write_case(tmp_path / "trace", "clean", base=86_000)
+    assert is_small_local_input([str(trace)])
+    large = tmp_path / "large.jsonl"
+    with large.open("wb") as out:
+        out.truncate(SMALL_INPUT_BYTES)  # sparse: measured by length, never read
+    assert not is_small_local_input([str(trace), str(large)])
+    assert not is_small_local_input([str(tmp_path / "missing")])
+    assert not is_small_local_input(["hdfs://namenode/journals"])
+    assert not is_small_local_input([])

@@ -113,5 +113,18 @@ def plan_launch(small: bool) -> JvmLaunch:
         archive.parent.mkdir(parents=True, exist_ok=True)
     except OSError:
         return JvmLaunch(tuple(options))
+    _remove_abandoned(archive)
     writing = archive.with_name(f"{archive.name}.{os.getpid()}.tmp")
     return JvmLaunch((*options, f"-XX:ArchiveClassesAtExit={writing}", _QUIET_ARCHIVE), writing, archive)
+
+
+def _remove_abandoned(archive: Path) -> None:
+    """Remove archives being written by audits that are gone (interrupted before their JVM finished): each is the
+    size of an archive, and none will ever be complete."""
+    for partial in archive.parent.glob(f"{archive.name}.*.tmp"):
+        writer = partial.suffixes[-2].lstrip(".")
+        with contextlib.suppress(ValueError, OSError):
+            try:
+                os.kill(int(writer), 0)
+            except ProcessLookupError:
+                partial.unlink()

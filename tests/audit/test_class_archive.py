@@ -42,7 +42,13 @@ def test_the_first_audit_writes_the_archive_and_a_damaged_one_is_ignored(tmp_pat
 def test_the_launch_maps_an_archive_writes_a_missing_one_or_neither(tmp_path: Path,
                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    ended = subprocess.Popen(["true"])
+    ended.wait()
+    archive_path().parent.mkdir(parents=True)
+    abandoned = archive_path().with_name(f"{archive_path().name}.{ended.pid}.tmp")  # its audit was interrupted
+    abandoned.write_bytes(b"half an archive")
     writes = plan_launch(small=False)
+    assert not abandoned.exists()
     assert writes.writing is not None and writes.writing.parent == archive_path().parent
     assert f"-XX:ArchiveClassesAtExit={writes.writing}" in writes.options
     assert not any("TieredStopAtLevel" in option for option in writes.options)  # a large input keeps the defaults

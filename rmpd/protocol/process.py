@@ -106,7 +106,10 @@ class RmpProcess(PacketRouting, Joining):
         return self._install(group, view, now)
 
     def found(self, group: str, view: View, now: float) -> GroupEngine:
-        """Start as a founding member of a view made out of band (the simulator's fixed groups)."""
+        """Start as a founding member of a view made out of band (the simulator's fixed groups).  When the view is
+        made in this process's name, making it takes one view ID from this process's counter, as ``create`` does."""
+        if view.view_id.creator == self.pid:
+            self.view_counter.next_view_id(now)
         return self._install(group, view, now)
 
     def leave(self, group: str, now: float) -> None:

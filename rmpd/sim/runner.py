@@ -143,8 +143,6 @@ class Simulation:
             if cfg.simultaneous:  # nobody answers at first: each founds a group of its own, and the views merge
                 proc.join(GROUP, 0.0, min_partition=self.min_partition)
             else:
-                if i == 0:
-                    proc.view_counter.next_view_id(0.0)  # the founder's counter made the first view
                 proc.found(GROUP, view, 0.0)
             self._drain(i)
             self.workload.start(i)

@@ -37,6 +37,19 @@ class CallRelay:
         """This process's clock in ms (the caller passes ``now``; ``wall_offset`` maps it to wall-clock time)."""
         return int((now + self.wall_offset) * 1000)
 
+    def newest_stamp(self, now: float) -> int:
+        """The newest stamp (ms) a first-contact packet may carry now: ``ahead_ms`` after this member's clock and,
+        with stable storage, no later than ``latest``."""
+        calls = self.calls
+        bound = self.wall_ms(now) + calls.settings.ahead_ms
+        if calls.filter.latest is not None:
+            bound = min(bound, calls.filter.latest)
+        return bound
+
+    def lifetime_horizon(self, now: float) -> int:
+        """Stamps (ms) at or below this are older than the filter's estimate of a request's lifetime."""
+        return self.wall_ms(now) - self.calls.filter.estimator.estimate
+
     def raise_latest(self, value: int) -> None:
         """SCMP ``latest`` reached stable storage: calls stamped up to ``value`` may be accepted."""
         self.calls.filter.raise_latest(value)

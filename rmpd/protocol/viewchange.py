@@ -155,11 +155,7 @@ class ViewChanges:
         accepted stamp is bounded by some member's clock, which is what the floor relies on).
         """
         stamp = request.request_id // 1000
-        calls = self.relay.calls
-        bound = self.relay.wall_ms(now) + calls.settings.ahead_ms
-        if calls.filter.latest is not None:
-            bound = min(bound, calls.filter.latest)
-        if stamp > bound:
+        if stamp > self.relay.newest_stamp(now):
             self.stats["joins_refused_too_early"] += 1
         elif stamp <= self.join_floor:
             self.stats["joins_refused_summary"] += 1
@@ -173,7 +169,7 @@ class ViewChanges:
         """SCMP garbage collection of the join table: a process outside the view whose last request is older than
         the lifetime estimate leaves ``requests_done``, and the join floor rises to that request's stamp, so its
         old requests stay refused while the table (carried in every New List) stays the size of the group."""
-        horizon = self.relay.wall_ms(now) - self.relay.calls.filter.estimator.estimate
+        horizon = self.relay.lifetime_horizon(now)
         for src, request_id in list(self.requests_done.items()):
             if request_id // 1000 <= horizon and src not in self.views.current:
                 del self.requests_done[src]

@@ -23,10 +23,11 @@ from rmpd.protocol.limits import MessageTooLarge, check_message_size
 from rmpd.protocol.qos import QoS
 from rmpd.protocol.view import LIBRARY_HANDLER
 
+from .backend import Participant
 from .batching import Coalescer, Poster, SendBatch
 from .errors import ConnectionLost, RmpdError, check_group_name_here, single_error
-from .events import CallRequest, Delivery, Rejoining, Undelivered, ViewChange, make_delivery
-from .group import Group, JoinOnce
+from .events import CallRequest, Delivery, Rejoining, Undelivered, ViewChange, deliveries_of
+from .group import Group, GroupInbox, JoinOnce
 
 
 class _Pending:
@@ -43,7 +44,11 @@ answered frame-too-large with the connection closed, ending every group on it.""
 
 
 class Client:
-    """Requests to the daemon, and the groups this connection has joined."""
+    """Requests to the daemon, and the groups this connection has joined.
+
+    It is the :class:`rmpd.client.group.Backend` of those groups: ``send``, ``post``, ``flush``, ``members``,
+    ``lock``, ``leave`` and the rest take a group's name and are what its :class:`Group` calls; programs use the
+    Group."""
 
     def __init__(self, stream: trio.SocketStream, path: Path) -> None:
         self.path = path
@@ -51,7 +56,8 @@ class Client:
         self._send_lock = trio.StrictFIFOLock()
         self._ids = itertools.count(1)
         self._pending: dict[int, _Pending] = {}
-        self._groups: dict[str, Group] = {}
+        self._groups: dict[str, tuple[Group, GroupInbox]] = {}
+        """Each joined group, with its inbox (the reader task feeds it)."""
         self._lost: ConnectionLost | None = None
         self._poster = Poster(self._send_batch)
         self._coalescer = Coalescer(self._poster, self._hand_over)
@@ -114,18 +120,17 @@ class Client:
                 min_partition = localapi.min_partition_name(localapi.parse_min_partition(min_partition))
             except ValueError as exc:
                 raise RmpdError(localapi.BAD_REQUEST, str(exc)) from None
-        group = await self._join_once.run(name, lambda: self._join(name, ttl, min_partition, persist,
-                                                                   existing_only, via, state))
-        if state:
-            await group._ask_state()
-        return group
+        return await self._join_once.run(name, lambda: self._join(name, ttl, min_partition, persist, existing_only,
+                                                                  via, state), state)
 
     async def _join(self, name: str, ttl: int | None, min_partition: int | str | None, persist: bool,
                     existing_only: bool, via: str | None, state: bool) -> Group:
-        group = self._groups.get(name)
-        if group is not None:
-            return group
-        group = self._groups[name] = Group(self, name, "", [])
+        joined = self._groups.get(name)
+        if joined is not None:
+            return joined[0]
+        inbox = GroupInbox(name)
+        group = Group(self, inbox)
+        self._groups[name] = group, inbox
         fields: dict[str, Any] = {"group": name, "persist": persist, "existing_only": existing_only}
         if state:
             fields["state"] = True
@@ -140,8 +145,7 @@ class Client:
         except BaseException:
             self._groups.pop(name, None)
             raise
-        group.view, group._members = reply["view"], list(reply["members"])
-        group._state_peers = int(reply.get("state_peers", 0))
+        inbox.joined(reply["view"], reply["members"], int(reply.get("state_peers", 0)))
         return group
 
     async def _learn_limits(self) -> None:
@@ -190,20 +194,15 @@ class Client:
 
     # Backend of Group
 
-    def _process_id(self) -> str:
-        return self._pid
-
-    def _client_number(self) -> int:
-        return self._number
-
-    def _largest_message(self) -> int:
-        return min(self._limits.max_message, FRAME_ROOM) if self._limits is not None else FRAME_ROOM
+    def participant(self) -> Participant:
+        largest = min(self._limits.max_message, FRAME_ROOM) if self._limits is not None else FRAME_ROOM
+        return Participant(self._pid, self._number, largest, self._spawn)
 
     def _spawn(self, task: Callable[[], Awaitable[None]]) -> None:
         assert self._poster.nursery is not None
         self._poster.nursery.start_soon(task)
 
-    async def _send(self, group: str, payload: bytes, qos: QoS, handler: int | None) -> int:
+    async def send(self, group: str, payload: bytes, qos: QoS, handler: int | None) -> int:
         """Sends from concurrent tasks that arrive while one is being prepared travel in one ``send_batch``
         request: same order, one frame and one answer for all (a lone send waits one scheduling step)."""
         self._check_size(payload, qos)
@@ -231,30 +230,30 @@ class Client:
         """One request for ``payloads``, in order; their sequence numbers."""
         return await self._seqs_of(await self._submit_batch(group, payloads, qos, handler))
 
-    async def _post(self, group: str, payload: bytes, qos: QoS, handler: int | None) -> None:
+    async def post(self, group: str, payload: bytes, qos: QoS, handler: int | None) -> None:
         self._check_size(payload, qos)
         await self._poster.post(group, payload, qos, handler)  # after a loss, it raises the loss
 
-    async def _flush(self, group: str) -> None:
+    async def flush(self, group: str) -> None:
         await self._poster.flush(group)
 
-    def _posts_pending(self, group: str) -> int:
+    def posts_pending(self, group: str) -> int:
         return self._poster.pending(group)
 
-    async def _members(self, group: str) -> tuple[str, list[str]]:
+    async def members(self, group: str) -> tuple[str, list[str]]:
         reply = await self.request("members", group=group)
         return reply["view"], list(reply["members"])
 
-    async def _lock(self, group: str, lock: int, op: str) -> bool:
+    async def lock(self, group: str, lock: int, op: str) -> bool:
         return bool((await self.request(op, group=group, lock=lock))["granted"])
 
-    async def _leave(self, group: str) -> None:
+    async def leave(self, group: str) -> None:
         """Posts made before the leave go first (as before a send); a refusal among them is raised once left."""
         joined = self._groups.get(group)
         if joined is not None:
             # Ended first: the reader task may be waiting for room in this group's full queue, and the answers
             # to the posts and to the leave come after what it is holding.  Events still queued stay readable.
-            joined._end()
+            joined[1].end()
         try:
             refused = await self._poster.settle(group)
             await self.request("leave", group=group)
@@ -288,35 +287,34 @@ class Client:
             self._lose(reason)
 
     async def _dispatch(self, frame: dict[str, Any]) -> None:
-        group = self._groups.get(frame.get("group", ""))
-        if group is None:
+        joined = self._groups.get(frame.get("group", ""))
+        if joined is None:
             return
+        inbox = joined[1]
+        name = inbox.name
         kind = frame["event"]
         if kind == localapi.EVENT_DELIVERIES:
-            name = group.name
-            make = make_delivery
             deliveries: list[Delivery] = []
             library = False
             for run in localapi.decode_runs_untrusted(frame["runs"]):
-                source, seq, qos, ts, view, handler, answer = (run.source, run.seq, qos_of(run.qos),
-                                                               run.timestamp, run.view, run.handler, run.answer)
+                handler = run.handler
                 library = library or handler == LIBRARY_HANDLER
-                deliveries += [make(payload, source, seq, qos, ts, view, name, handler, index, answer)
-                               for index, payload in enumerate(run.payloads, run.first)]
-            await group._feed_deliveries(deliveries, library)
+                deliveries += deliveries_of(name, run.source, run.seq, qos_of(run.qos), run.timestamp, run.view,
+                                            handler, run.payloads, run.first, run.answer)
+            await inbox.deliver(deliveries, library)
         elif kind == localapi.EVENT_VIEW:
-            await group._feed_wait(ViewChange(frame["view"], tuple(frame["members"]), group.name))
+            await inbox.tell(ViewChange(frame["view"], tuple(frame["members"]), name))
         elif kind == localapi.EVENT_UNDELIVERED:
             seqs = localapi.decode_seqs_untrusted(frame.get("seqs"))
-            await group._feed_wait(Undelivered(seqs, str(frame.get("reason", "")), group.name))
+            await inbox.tell(Undelivered(seqs, str(frame.get("reason", "")), name))
         elif kind == localapi.EVENT_REJOINING:
-            await group._feed_wait(Rejoining(str(frame.get("reason", "")), group.name))
+            await inbox.tell(Rejoining(str(frame.get("reason", "")), name))
         elif kind == localapi.EVENT_REQUEST:
-            group._feed_call(CallRequest(frame["payload"], frame["caller"], frame["conn"], frame["stamp"],
-                                         frame["handler"], group.name, frame["view"], self._reply))
+            inbox.call(CallRequest(frame["payload"], frame["caller"], frame["conn"], frame["stamp"],
+                                   frame["handler"], name, frame["view"], self._reply))
         elif kind == localapi.EVENT_LEFT:
-            self._groups.pop(group.name, None)
-            group._end(RmpdError("left", f"left {group.name!r}: {frame.get('reason', '')}"))
+            self._groups.pop(name, None)
+            inbox.end(RmpdError("left", f"left {name!r}: {frame.get('reason', '')}"))
 
     def _lose(self, reason: ConnectionLost) -> None:
         if self._lost is None:
@@ -325,8 +323,8 @@ class Client:
         for pending in self._pending.values():
             pending.done.set()
         self._pending.clear()
-        for group in self._groups.values():
-            group._end(reason)
+        for _, inbox in self._groups.values():
+            inbox.end(reason)
         self._groups.clear()
 
 

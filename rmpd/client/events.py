@@ -5,7 +5,7 @@ program that asked for it."""
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 
 from rmpd.protocol.qos import QoS
@@ -39,6 +39,19 @@ class Delivery:
 make_delivery = positional_maker(Delivery)
 """Delivery(...) with every field given in order, built faster: the client library makes one per delivered
 message."""
+
+
+def deliveries_of(group: str, source: str, seq: int, qos: QoS, timestamp: int | None, view: str,
+                  handler: int | None, payloads: Sequence[bytes], first: int = 0,
+                  answer: bool = False) -> list[Delivery]:
+    """One Delivery per message of a delivered packet (its messages share every field but the payload and the
+    index; ``first`` is the index of the first): the one place the client library builds them, from a daemon's
+    frame and from the embedded engine alike."""
+    if len(payloads) == 1:  # a packet of one message, common with large ones: no comprehension to run
+        return [make_delivery(payloads[0], source, seq, qos, timestamp, view, group, handler, first, answer)]
+    make = make_delivery
+    return [make(payload, source, seq, qos, timestamp, view, group, handler, index, answer)
+            for index, payload in enumerate(payloads, first)]
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,8 +1,15 @@
-"""The Group API shared by a daemon connection and an embedded node.
+"""The Group API shared by a daemon connection and an embedded node, and the inbox its backend feeds.
 
-A Group only knows its name, its event stream, and a backend that carries out requests; the two backends
-(:class:`rmpd.client.connection.Client` and :class:`rmpd.client.node.Node`) implement the same few coroutines,
-so programs can switch between talking to the local daemon and being an RMP process themselves.
+A Group only knows its name, its inbox (:class:`GroupInbox`: what the process hands it), and a backend that carries
+out requests; the two backends (:class:`rmpd.client.connection.Client` and :class:`rmpd.client.node.Node`)
+implement the same few methods (:class:`rmpd.client.backend.Backend`) and feed the inbox alike, so programs can
+switch between talking to the local daemon and being an RMP process themselves.
+
+A backend (the daemon connection's reader task, or the embedded node's drain) holds one inbox per joined group and
+feeds it: a batch of deliveries, a view change, what the program is told about its membership (``Undelivered``,
+``Rejoining``), a non-member's call, the end.  Each feeding call comes in two kinds: one that waits while the
+program is behind (the connection: the socket then fills and the daemon applies its overrun rule), and one that
+never waits (``*_now``: the node, which runs inside the process's drain and slows the group itself instead).
 """
 
 from __future__ import annotations
@@ -12,26 +19,28 @@ import math
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Generic, Protocol, TypeVar
+from typing import Generic, TypeVar
 
 import trio
 
 from rmpd.protocol.qos import QoS
 from rmpd.protocol.view import LIBRARY_HANDLER
 
+from .backend import Backend
 from .errors import RmpdError
 from .events import CallRequest, Delivery, Event, Rejoining, Undelivered, ViewChange
 from .state import CHUNK_SIZE, STATE_QOS, StateTransfer
 
 EVENT_BUFFER = 10_000
-
-T = TypeVar("T")
+"""Events a group holds for its program before the backend waits (or, on a node, slows the group)."""
 
 YIELD_EVERY = 64
 """Events ``get`` returns from the buffer before it lets other tasks run."""
 
+T = TypeVar("T")
 
-class EventQueue(Generic[T]):
+
+class EventBuffer(Generic[T]):
     """Bounded FIFO between one producer (a backend) and the application: a group's events waiting to be read.
 
     A busy group hands the application tens of thousands of deliveries a second.  A trio memory channel costs two
@@ -40,13 +49,14 @@ class EventQueue(Generic[T]):
     up the CPU.  ``get`` stays a cancellation point on every call, and still yields to other tasks once every
     :data:`YIELD_EVERY` events, so a reader of a flooded group cannot starve the rest of the program.
 
-    The bound is in events: a backend that may wait (:meth:`put_many`) waits while the queue holds ``limit`` or more,
-    so a slow reader slows the connection (and, through the daemon's overrun rule, the ring); one that may not
-    (:meth:`put_nowait`) is told the queue is full, or queues past the bound (:meth:`put_over`) and slows the ring
-    itself.
+    The bound is in events: a backend that may wait (:meth:`put_many`) waits while the buffer holds ``limit`` or
+    more, so a slow reader slows the connection (and, through the daemon's overrun rule, the ring); one that may not
+    (:meth:`put_nowait`) is told the buffer is full, or queues past the bound (:meth:`put_over`) and slows the ring
+    itself (asking, with :meth:`when_down_to`, to hear when the reader has caught up).
     """
 
-    __slots__ = ("_closed", "_getters", "_items", "_limit", "_putters", "_reader_parked", "_since_yield")
+    __slots__ = ("_closed", "_down_to", "_getters", "_items", "_limit", "_low_water", "_putters", "_reader_parked",
+                 "_since_yield")
 
     def __init__(self, limit: int) -> None:
         self._items: deque[T] = deque()
@@ -58,6 +68,8 @@ class EventQueue(Generic[T]):
         self._reader_parked = False
         """A reader waits in ``get``: putting must wake it (checked per event; trio's ParkingLot.__bool__ is a
         Python call)."""
+        self._down_to: Callable[[], None] | None = None
+        self._low_water = 0
 
     def __len__(self) -> int:
         return len(self._items)
@@ -67,7 +79,7 @@ class EventQueue(Generic[T]):
         return self._closed
 
     def put_nowait(self, item: T) -> bool:
-        """Queue one event; False when the queue is full or closed."""
+        """Queue one event; False when the buffer is full or closed."""
         if self._closed or len(self._items) >= self._limit:
             return False
         self._items.append(item)
@@ -77,7 +89,7 @@ class EventQueue(Generic[T]):
 
     def put_over(self, items: Sequence[T]) -> int:
         """Queue events even past the bound (dropped once closed); the number of events queued.  For a backend
-        that cannot wait and must not drop what the group delivered: it slows the group itself once the queue is
+        that cannot wait and must not drop what the group delivered: it slows the group itself once the buffer is
         long (the embedded node's overrun rule), and the protocol bounds what still arrives meanwhile."""
         if not self._closed:
             self._items.extend(items)
@@ -86,7 +98,7 @@ class EventQueue(Generic[T]):
         return len(self._items)
 
     async def put_many(self, items: Sequence[T]) -> None:
-        """Queue events in order, waiting while the queue is full (dropped once it is closed)."""
+        """Queue events in order, waiting while the buffer is full (dropped once it is closed)."""
         start = 0
         while start < len(items):
             while len(self._items) >= self._limit and not self._closed:
@@ -114,8 +126,12 @@ class EventQueue(Generic[T]):
         self._getters.unpark_all()
         self._putters.unpark_all()
 
+    def when_down_to(self, backlog: int, callback: Callable[[], None]) -> None:
+        """Call ``callback`` once, from the reader, when a take leaves no more than ``backlog`` events."""
+        self._low_water, self._down_to = backlog, callback
+
     async def get(self) -> T:
-        """The next event; raises trio.EndOfChannel once the queue is closed and empty."""
+        """The next event; raises trio.EndOfChannel once the buffer is closed and empty."""
         await self._wait_for_items(1)
         item = self._items.popleft()
         self._taken()
@@ -123,7 +139,7 @@ class EventQueue(Generic[T]):
 
     async def get_many(self, limit: int) -> list[T]:
         """Every queued event up to ``limit``, at least one (waiting for it); raises trio.EndOfChannel once the
-        queue is closed and empty.  One call, one list: a reader of a busy group pays its per-event overhead once
+        buffer is closed and empty.  One call, one list: a reader of a busy group pays its per-event overhead once
         per batch instead of once per event."""
         if limit < 1:
             raise ValueError("limit must be at least 1")
@@ -156,7 +172,125 @@ class EventQueue(Generic[T]):
     def _taken(self) -> None:
         if self._putters and len(self._items) < self._limit:
             self._putters.unpark_all()
+        if self._down_to is not None and len(self._items) <= self._low_water:
+            callback, self._down_to = self._down_to, None
+            callback()
 
+
+CallPair = tuple[trio.MemorySendChannel[CallRequest], trio.MemoryReceiveChannel[CallRequest]]
+
+
+class GroupInbox:
+    """One joined group's events and calls on their way to the program, and the view they leave it in.
+
+    The backend feeds it; the Group reads ``events`` and ``requests_for``.  The Group hears through ``attach`` of
+    the two things it acts on itself: deliveries of the client library's own messages arrived (state transfer
+    runs from then on), and the inbox ended.
+    """
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.view = ""
+        self.members: tuple[str, ...] = ()
+        self.state_peers = 0
+        """Other programs taking part in the state transfer through this backend's process when this one joined
+        (clients of one daemon): with any, the program is not alone with the state, whatever the view."""
+        self.events: EventBuffer[Event | RmpdError] = EventBuffer(EVENT_BUFFER)
+        self.unread_calls_dropped = 0
+        """Calls that arrived while EVENT_BUFFER calls for their handler were already waiting to be read."""
+        self._calls: dict[int, CallPair] = {}
+        self._on_library: Callable[[], object] = _nothing
+        self._on_end: Callable[[], None] = _nothing
+
+    def attach(self, on_library: Callable[[], object], on_end: Callable[[], None]) -> None:
+        """The reader's two hooks: ``on_library`` when deliveries carry the client library's own messages,
+        ``on_end`` once the inbox ends."""
+        self._on_library, self._on_end = on_library, on_end
+
+    # What the backend hands over
+
+    def joined(self, view: str, members: Sequence[str], state_peers: int = 0) -> None:
+        """The view the join answered with (no event for the program), and the state transfer's peers then."""
+        self.set_view(view, members)
+        self.state_peers = state_peers
+
+    def set_view(self, view: str, members: Sequence[str]) -> None:
+        """The view as the process last told it outside the events (a join, a members request)."""
+        self.view, self.members = view, tuple(members)
+
+    async def deliver(self, deliveries: list[Delivery], library: bool = False) -> None:
+        """Queue a batch of deliveries (a frame's), waiting while the buffer is full; ``library``: some are the
+        client library's own messages."""
+        if library:
+            self._on_library()
+        await self.events.put_many(deliveries)
+
+    def deliver_now(self, deliveries: list[Delivery], library: bool = False) -> int:
+        """Queue a batch of deliveries even past EVENT_BUFFER; the number of events unread (the node then slows
+        the group)."""
+        if library:
+            self._on_library()
+        return self.events.put_over(deliveries)
+
+    async def tell(self, event: ViewChange | Undelivered | Rejoining) -> None:
+        """Queue a view change or what the program is told about its membership, waiting while the buffer is
+        full."""
+        if type(event) is ViewChange:
+            self.view, self.members = event.view, event.members
+        await self.events.put_many((event,))
+
+    def tell_now(self, event: ViewChange | Undelivered | Rejoining) -> None:
+        """Queue it even past EVENT_BUFFER: a reader behind still sees every view and every word about its
+        membership, in its place among the deliveries (the embedded node slows the group meanwhile)."""
+        if type(event) is ViewChange:
+            self.view, self.members = event.view, event.members
+        self.events.put_over((event,))
+
+    def call(self, request: CallRequest) -> None:
+        """A non-member's call for the program to answer; dropped (counted) while EVENT_BUFFER calls for its
+        handler are unread: the caller times out, and the call is never run."""
+        try:
+            self.requests_for(request.handler)[0].send_nowait(request)
+        except (trio.WouldBlock, trio.ClosedResourceError, trio.BrokenResourceError):
+            self.unread_calls_dropped += 1
+
+    def end(self, error: RmpdError | None = None) -> None:
+        """No more events; iteration ends (or raises ``error`` once the queued events are read)."""
+        if self.events.closed:
+            return
+        self.events.close(error)
+        for tx, _ in self._calls.values():
+            tx.close()
+        self._on_end()
+
+    # What the backend reads
+
+    @property
+    def ended(self) -> bool:
+        return self.events.closed
+
+    def unread(self) -> int:
+        return len(self.events)
+
+    def when_caught_up(self, backlog: int, callback: Callable[[], None]) -> None:
+        """Call ``callback`` once, from the reader, when no more than ``backlog`` events are left to read."""
+        self.events.when_down_to(backlog, callback)
+
+    # What the Group reads
+
+    def requests_for(self, handler: int) -> CallPair:
+        """The channel of ``handler``'s calls (made on first use; closed at once after the end, so that iterating
+        it ends)."""
+        pair = self._calls.get(handler)
+        if pair is None:
+            pair = self._calls[handler] = trio.open_memory_channel[CallRequest](EVENT_BUFFER)
+            if self.events.closed:
+                pair[0].close()
+        return pair
+
+
+def _nothing() -> None:
+    return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,43 +307,19 @@ class GroupStatistics:
     """Chunks of this program's state sent to joiners (``provide_state``)."""
 
 
-class Backend(Protocol):
-    def _process_id(self) -> str: ...
-    def _client_number(self) -> int: ...
-    def _largest_message(self) -> int: ...
-    def _spawn(self, task: Callable[[], Awaitable[None]]) -> None: ...
-    def _posts_pending(self, group: str) -> int: ...
-    async def _send(self, group: str, payload: bytes, qos: QoS, handler: int | None) -> int: ...
-    async def _post(self, group: str, payload: bytes, qos: QoS, handler: int | None) -> None: ...
-    async def _flush(self, group: str) -> None: ...
-    async def _members(self, group: str) -> tuple[str, list[str]]: ...
-    async def _lock(self, group: str, lock: int, op: str) -> bool: ...
-    async def _leave(self, group: str) -> None: ...
-
-
 class Group:
     """A joined group: send to it, iterate its deliveries and view changes, inspect and lock, leave.
 
     Iterating also yields :class:`Undelivered` (messages this program sent that it will not see delivered: the
     membership ended first) and :class:`Rejoining` (the membership ended by itself and the process joins again;
-    the Group goes on with the next ViewChange)."""
+    the Group goes on with the next ViewChange).  A backend makes one with the group's inbox, which it feeds."""
 
-    def __init__(self, backend: Backend, name: str, view: str, members: list[str]) -> None:
+    def __init__(self, backend: Backend, inbox: GroupInbox) -> None:
         self._backend = backend
-        self.name = name
-        self.view = view
-        self._members = list(members)
-        self._events: EventQueue[Event | RmpdError] = EventQueue(EVENT_BUFFER)
-        self._closed = False
-        self._calls: dict[int, tuple[trio.MemorySendChannel[CallRequest], trio.MemoryReceiveChannel[CallRequest]]] = {}
-        self.unread_calls_dropped = 0
-        """Calls that arrived while EVENT_BUFFER calls for their handler were already waiting to be read."""
-        self._caught_up: Callable[[], None] | None = None
-        self._caught_up_at = 0
+        self.name = inbox.name
+        self._inbox = inbox
+        self._events = inbox.events
         self._state: StateTransfer | None = None
-        self._state_peers = 0
-        """Other programs taking part in the state transfer through this backend's process when this one joined
-        (clients of one daemon): with any, the program is not alone with the state, whatever the view."""
         self._looking = False
         """Events are looked at one by one as the program reads them (the client library's own messages were
         delivered, or state transfer is in use); otherwise they are handed over as queued."""
@@ -218,83 +328,38 @@ class Group:
         self._backlog: deque[Event | RmpdError] = deque()
         """Taken from the queue and not yet looked at: a batch ends before an event that needs the program to
         have handled every event before it."""
+        inbox.attach(self._transfer, self._close_state)
 
-    # Feeding (by the backend)
+    @property
+    def view(self) -> str:
+        """The ID of the last view this group saw (``creator-ip:port/counter``)."""
+        return self._inbox.view
 
-    def _feed_view(self, event: ViewChange) -> None:
-        """Queue a view change even past EVENT_BUFFER: a reader behind still sees every view, in its place
-        among the deliveries (the embedded node slows the group meanwhile)."""
-        self.view, self._members = event.view, list(event.members)
-        self._events.put_over((event,))
-
-    def _feed_event(self, event: Undelivered | Rejoining) -> None:
-        """Queue what the program must be told about its membership even past EVENT_BUFFER, as a view change."""
-        self._events.put_over((event,))
-
-    async def _feed_wait(self, event: Event) -> None:
-        if isinstance(event, ViewChange):
-            self.view, self._members = event.view, list(event.members)
-        await self._events.put_many((event,))
-
-    def _feed_over(self, events: list[Delivery], library: bool = False) -> int:
-        """Queue a packet's deliveries even past EVENT_BUFFER; the number queued (the embedded node then slows the
-        group).  ``library``: they are the client library's own messages."""
-        if library:
-            self._transfer()
-        return self._events.put_over(events)
+    @property
+    def unread_calls_dropped(self) -> int:
+        """Calls that arrived while EVENT_BUFFER calls for their handler were already waiting to be read."""
+        return self._inbox.unread_calls_dropped
 
     def _transfer(self) -> StateTransfer:
         """This group's state transfers; from now on events are looked at as the program reads them."""
         if self._state is None:
-            backend = self._backend
-            self._state = StateTransfer(self.name, backend._process_id(), self._send_library, backend._spawn,
-                                        backend._largest_message(), backend._client_number())
+            who = self._backend.participant()
+            self._state = StateTransfer(self.name, who.process_id, self._send_library, who.spawn,
+                                        who.largest_message, who.number)
         self._looking = True
         return self._state
 
-    async def _send_library(self, payload: bytes) -> int:
-        return await self._backend._send(self.name, payload, STATE_QOS, LIBRARY_HANDLER)
-
-    async def _ask_state(self) -> None:
-        """Ask for the group's state (the backend joined with ``state=True``): the program's first event."""
-        self._ready.extend(await self._transfer().ask_first(self.view, self._members, self._state_peers))
-
-    def _when_caught_up(self, backlog: int, callback: Callable[[], None]) -> None:
-        """Call ``callback`` once, from the reader, when no more than ``backlog`` events are left to read."""
-        self._caught_up_at, self._caught_up = backlog, callback
-
-    async def _feed_deliveries(self, deliveries: list[Delivery], library: bool = False) -> None:
-        """Queue a frame's deliveries at once, waiting while the buffer is full; ``library``: some are the client
-        library's own messages."""
-        if library:
-            self._transfer()
-        await self._events.put_many(deliveries)
-
-    def _calls_of(self, handler: int) -> tuple[trio.MemorySendChannel[CallRequest],
-                                                trio.MemoryReceiveChannel[CallRequest]]:
-        pair = self._calls.get(handler)
-        if pair is None:
-            pair = self._calls[handler] = trio.open_memory_channel[CallRequest](EVENT_BUFFER)
-            if self._closed:  # asked for after the group ended: nothing more will come, so iteration ends
-                pair[0].close()
-        return pair
-
-    def _feed_call(self, request: CallRequest) -> None:
-        try:
-            self._calls_of(request.handler)[0].send_nowait(request)
-        except (trio.WouldBlock, trio.ClosedResourceError, trio.BrokenResourceError):
-            self.unread_calls_dropped += 1  # the caller times out; the call is never run
-
-    def _end(self, error: RmpdError | None = None) -> None:
-        """No more events; iteration ends (or raises ``error`` once the queued events are read)."""
-        if self._closed:
-            return
-        self._closed = True
-        self._events.close(error)
-        for tx, _ in self._calls.values():
-            tx.close()
+    def _close_state(self) -> None:
         if self._state is not None:
             self._state.close()
+
+    async def _send_library(self, payload: bytes) -> int:
+        return await self._backend.send(self.name, payload, STATE_QOS, LIBRARY_HANDLER)
+
+    async def _ask_state(self) -> None:
+        """Ask for the group's state (the program joined with ``state=True``): the program's first event."""
+        inbox = self._inbox
+        self._ready.extend(await self._transfer().ask_first(inbox.view, list(inbox.members), inbox.state_peers))
 
     # The API
 
@@ -310,7 +375,7 @@ class Group:
             raise TypeError("payload must be bytes")
         if handler == LIBRARY_HANDLER:  # compared here, not in a function: this runs once per message
             raise _library_handler()
-        return await self._backend._send(self.name, bytes(payload), qos, handler)
+        return await self._backend.send(self.name, bytes(payload), qos, handler)
 
     async def post(self, payload: bytes, *, qos: QoS = QoS.TOTAL, handler: int | None = None) -> None:
         """Multicast ``payload`` without waiting for the group to accept it, as Spread's and Corosync's multicast
@@ -322,33 +387,34 @@ class Group:
             raise TypeError("payload must be bytes")
         if handler == LIBRARY_HANDLER:
             raise _library_handler()
-        await self._backend._post(self.name, bytes(payload), qos, handler)
+        await self._backend.post(self.name, bytes(payload), qos, handler)
 
     async def flush(self) -> None:
         """Wait until every message posted to this group is accepted; raises the first refusal, if any."""
-        await self._backend._flush(self.name)
+        await self._backend.flush(self.name)
 
     @property
     def known_members(self) -> list[str]:
         """The member list of the last view this group saw (no round trip; ``members()`` asks afresh)."""
-        return list(self._members)
+        return list(self._inbox.members)
 
     async def members(self) -> list[str]:
         """The current view's ordered member list (process IDs)."""
-        self.view, self._members = await self._backend._members(self.name)
-        return list(self._members)
+        view, members = await self._backend.members(self.name)
+        self._inbox.set_view(view, members)
+        return list(members)
 
     async def lock(self, n: int) -> bool:
         """Take lock ``n`` in the group's view (0..5 are handler locks); RmpdError if refused."""
-        return await self._backend._lock(self.name, n, "lock")
+        return await self._backend.lock(self.name, n, "lock")
 
     async def unlock(self, n: int) -> bool:
-        return await self._backend._lock(self.name, n, "unlock")
+        return await self._backend.lock(self.name, n, "unlock")
 
     async def requests(self, handler: int = 0) -> AsyncIterator[CallRequest]:
         """Calls from non-members to ``handler``, while this program holds that handler lock (``await
         group.lock(handler)`` first): ``async for request in group.requests(0): await request.reply(b"...")``."""
-        rx = self._calls_of(handler)[1]
+        rx = self._inbox.requests_for(handler)[1]
         async for request in rx:
             yield request
 
@@ -356,9 +422,9 @@ class Group:
         """Leave the group; its iteration ends, also when this call is cancelled after asking (the backend may
         then have left already, and nothing would end the readers)."""
         try:
-            await self._backend._leave(self.name)
+            await self._backend.leave(self.name)
         finally:
-            self._end()
+            self._inbox.end()
 
     def provide_state(self, snapshot: Callable[[], bytes], *, chunk_size: int = CHUNK_SIZE) -> None:
         """Offer this program's state to programs that join with ``state=True`` (rmpd.client.state).
@@ -375,7 +441,7 @@ class Group:
     def statistics(self) -> GroupStatistics:
         """A snapshot of what this group holds unread and unsent; for monitoring, and for tests to assert on."""
         return GroupStatistics(len(self._events) + len(self._ready) + len(self._backlog),
-                               self._backend._posts_pending(self.name), self.unread_calls_dropped,
+                               self._backend.posts_pending(self.name), self._inbox.unread_calls_dropped,
                                self._state.chunks_sent if self._state is not None else 0)
 
     def __aiter__(self) -> Group:
@@ -393,7 +459,6 @@ class Group:
             return await self._next_looked_at()
         if isinstance(item, RmpdError):
             raise item
-        self._check_caught_up()
         return item
 
     async def _next_looked_at(self) -> Event:
@@ -402,12 +467,10 @@ class Group:
         while not self._ready:
             if not backlog:
                 backlog.extend(await self._take(YIELD_EVERY))
-                self._check_caught_up()  # also while a joiner's state is on its way and nothing is handed out
             item = backlog.popleft()
             if isinstance(item, RmpdError):
                 raise item
             self._ready.extend(state.look_at(item))
-        self._check_caught_up()
         return self._ready.popleft()
 
     async def _take(self, limit: int) -> list[Event | RmpdError]:
@@ -435,7 +498,6 @@ class Group:
                 self._backlog.clear()
             else:
                 items = await self._take(max_events)
-                self._check_caught_up()
             for at, item in enumerate(items):
                 if ready and (isinstance(item, RmpdError) or state.needs_caught_up(item)):
                     self._backlog.extend(items[at:])
@@ -443,9 +505,7 @@ class Group:
                 if isinstance(item, RmpdError):
                     raise item
                 ready.extend(state.look_at(item))
-        batch = [ready.popleft() for _ in range(min(max_events, len(ready)))]
-        self._check_caught_up()
-        return batch
+        return [ready.popleft() for _ in range(min(max_events, len(ready)))]
 
     async def batches(self, max_events: int = 1024) -> AsyncIterator[list[Event]]:
         """The same events as iterating the group, as lists of what has arrived (at most ``max_events``, at least
@@ -467,16 +527,10 @@ class Group:
                 self._backlog.extend(items)
                 continue
             error = items.pop() if isinstance(items[-1], RmpdError) else None  # an error is always the last event
-            self._check_caught_up()
             if items:
                 yield items
             if error is not None:
                 raise error
-
-    def _check_caught_up(self) -> None:
-        if self._caught_up is not None and len(self._events) <= self._caught_up_at:
-            callback, self._caught_up = self._caught_up, None
-            callback()
 
 
 def _library_handler() -> RmpdError:
@@ -501,7 +555,15 @@ class JoinOnce:
     def __init__(self) -> None:
         self._joining: dict[str, _Joining] = {}
 
-    async def run(self, name: str, join: Callable[[], Awaitable[Group]]) -> Group:
+    async def run(self, name: str, join: Callable[[], Awaitable[Group]], state: bool = False) -> Group:
+        """The Group ``join`` made (or the one another task's join of ``name`` is making); with ``state``, once it
+        asked for the group's state (:class:`State`, its first event)."""
+        group = await self._once(name, join)
+        if state:
+            await group._ask_state()
+        return group
+
+    async def _once(self, name: str, join: Callable[[], Awaitable[Group]]) -> Group:
         joining = self._joining.get(name)
         if joining is not None:
             await joining.done.wait()

@@ -34,16 +34,18 @@ from rmpd.protocol.naming import DEFAULT_RANGE
 from rmpd.protocol.process import NotMember
 from rmpd.protocol.qos import QoS
 from rmpd.protocol.view import LIBRARY_HANDLER
-from rmpd.runtime.adapter import Application, LockRequests, OwnMessages
+from rmpd.runtime.adapter import LockRequests, OwnMessages, ProcessAdapter
 from rmpd.runtime.auth import DatagramGuard
 from rmpd.runtime.journal import FlushingJournal
 from rmpd.runtime.loop import ProcessLoop
 from rmpd.runtime.net import interface_address, loopback_interface, max_packet_for
+from rmpd.told import TOLD, Told, call_failure, ending, lock_refusal, view_of
 
+from .backend import Participant
 from .batching import Coalescer, Poster, SendBatch
 from .errors import RmpdError, check_group_name_here, single_error
-from .events import CallRequest, Rejoining, Undelivered, ViewChange, make_delivery
-from .group import EVENT_BUFFER, Group, JoinOnce
+from .events import CallRequest, Rejoining, Undelivered, ViewChange, deliveries_of
+from .group import EVENT_BUFFER, Group, GroupInbox, JoinOnce
 
 
 @contextlib.contextmanager
@@ -56,22 +58,25 @@ def _refused() -> Iterator[None]:
 
 
 class _Wait:
-    """A task waiting for the process to answer its join or lock."""
+    """A task waiting for the process to answer its join or lock: done, with ``error`` None when granted."""
 
-    __slots__ = ("done", "error", "granted")
+    __slots__ = ("done", "error")
 
     def __init__(self) -> None:
         self.done = trio.Event()
-        self.granted = False
         self.error: RmpdError | None = None
 
     def ok(self, fields: dict[str, Any]) -> None:
         del fields
-        self.granted = True
         self.done.set()
 
     def fail(self, code: str, message: str) -> None:
         self.error = RmpdError(code, message)
+        self.done.set()
+
+    def end(self, error: RmpdError | None) -> None:
+        """Answered by the group: granted, or refused with ``error``."""
+        self.error = error
         self.done.set()
 
 
@@ -104,12 +109,14 @@ class Node:
         self._config = config or EngineConfig(journal=journal is not None, max_packet=max_packet_for(self._ip))
         self._loop: ProcessLoop | None = None
         self._nursery_manager: trio.Nursery | None = None
-        self._groups: dict[str, Group] = {}
+        self._groups: dict[str, tuple[Group, GroupInbox]] = {}
+        """Each joined group, with its inbox (the drain feeds it)."""
         self._locks: LockRequests[_Wait] | None = None
         self._calls: dict[int, tuple[trio.Event, list[CallAnswered]]] = {}
         self._poster = Poster(self._send_batch)
         self._coalescer = Coalescer(self._poster, self._hand_over_batch, self._wait_for_room)
-        self._app: Application | None = None
+        self._app: ProcessAdapter | None = None
+        self._pace: ReaderPace | None = None
         """Join waiters, rejoin on Left and the overrun rule, as the daemon's hub has them too."""
         self._me = ""
         """This node's process ID, once it runs: own deliveries are told apart by it."""
@@ -121,6 +128,7 @@ class Node:
         self._stopped: RmpdError | None = None
         """Set once the node has stopped: every later request raises it."""
         self._join_once = JoinOnce()
+        self._handlers = self._handlers_by_type()
 
     @property
     def pid(self) -> str:
@@ -146,7 +154,8 @@ class Node:
                                  journal=journal, guard=self._guard, via=self._via)
         self._loop.application = self
         self._me = self._loop.pid
-        self._app = Application(self._loop, self.stats)
+        self._app = ProcessAdapter(self._loop, self.stats)
+        self._pace = ReaderPace(self._loop, self._app, self._groups)
         self._locks = LockRequests(self._loop)
         self._cm = trio.open_nursery()
         nursery = await self._cm.__aenter__()
@@ -176,8 +185,8 @@ class Node:
         finally:
             if self._app is not None:
                 self._app.stopping = True
-            for group in self._groups.values():
-                group._end(stopped)
+            for _, inbox in self._groups.values():
+                inbox.end(stopped)
             self._groups.clear()
         if unflushed is not None:
             raise unflushed
@@ -213,17 +222,16 @@ class Node:
             wanted = DEFAULT_MIN_PARTITION if min_partition is None else parse_min_partition(min_partition)
         except ValueError as exc:
             raise RmpdError(BAD_REQUEST, str(exc)) from None
-        group = await self._join_once.run(name, lambda: self._join(name, ttl, wanted, existing_only, via))
-        if state:
-            await group._ask_state()
-        return group
+        return await self._join_once.run(name, lambda: self._join(name, ttl, wanted, existing_only, via), state)
 
     async def _join(self, name: str, ttl: int | None, min_partition: int, existing_only: bool,
                     via: str | None) -> Group:
         loop = self._require()
         if name in self._groups and loop.is_member(name):
-            return self._groups[name]
-        group = self._groups[name] = Group(self, name, "", [])
+            return self._groups[name][0]
+        inbox = GroupInbox(name)
+        group = Group(self, inbox)
+        self._groups[name] = group, inbox
         wait = _Wait()
         assert self._app is not None
         try:
@@ -239,23 +247,20 @@ class Node:
             raise wait.error
         view = loop.view(name)
         if view is not None:
-            group.view, group._members = str(view.view_id), list(view.members)
+            inbox.joined(str(view.view_id), view.members)
         return group
 
-    def _process_id(self) -> str:
-        return self._me
+    # Backend of Group (rmpd.client.group.Backend): what a Group of this node calls
 
-    def _client_number(self) -> int:
-        return 0  # one program per node and group: the process is the participant
-
-    def _largest_message(self) -> int:
-        return self._config.max_message
+    def participant(self) -> Participant:
+        # One program per node and group: the process is the participant (number 0).
+        return Participant(self._me, 0, self._config.max_message, self._spawn)
 
     def _spawn(self, task: Callable[[], Awaitable[None]]) -> None:
         assert self._nursery_manager is not None
         self._nursery_manager.start_soon(task)
 
-    async def _send(self, group: str, payload: bytes, qos: QoS, handler: int | None) -> int:
+    async def send(self, group: str, payload: bytes, qos: QoS, handler: int | None) -> int:
         """Sends from concurrent tasks are coalesced (rmpd.client.batching) and handed to the engine in one call,
         which packs them into as few packets as they fit.  A message the group cannot carry is refused alone,
         before it joins a batch, so it never costs the other senders theirs."""
@@ -297,15 +302,15 @@ class Node:
         await self._require().wait_for_room(group)
         return self._hand_over(group, payloads, qos, handler)
 
-    async def _post(self, group: str, payload: bytes, qos: QoS, handler: int | None) -> None:
+    async def post(self, group: str, payload: bytes, qos: QoS, handler: int | None) -> None:
         self._require()
         self._check_size(payload, qos)
         await self._poster.post(group, payload, qos, handler)
 
-    async def _flush(self, group: str) -> None:
+    async def flush(self, group: str) -> None:
         await self._poster.flush(group)
 
-    def _posts_pending(self, group: str) -> int:
+    def posts_pending(self, group: str) -> int:
         return self._poster.pending(group)
 
     async def call(self, group: str, payload: bytes, *, handler: int | None = 0,
@@ -326,10 +331,10 @@ class Node:
                 loop.cancel_call(call_id)
         if not answer:
             raise RmpdError("call-timeout", CALL_ERRORS["timeout"])
-        event = answer[0]
-        if event.error is not None:
-            raise RmpdError("call-" + event.error, event.reason)
-        return event.reply
+        failure = call_failure(answer[0])
+        if failure is not None:
+            raise RmpdError(*failure)
+        return answer[0].reply
 
     async def _reply(self, request: CallRequest, payload: bytes) -> None:
         await trio.lowlevel.checkpoint()
@@ -341,14 +346,14 @@ class Node:
         if not ok:
             raise RmpdError("stale-call", "that call is not waiting for a reply from this node")
 
-    async def _members(self, group: str) -> tuple[str, list[str]]:
+    async def members(self, group: str) -> tuple[str, list[str]]:
         await trio.lowlevel.checkpoint()
         view = self._require().view(group)
         if view is None:
             raise RmpdError("not-member", f"not in a view of {group!r}")
         return str(view.view_id), list(view.members)
 
-    async def _lock(self, group: str, lock: int, op: str) -> bool:
+    async def lock(self, group: str, lock: int, op: str) -> bool:
         self._require()
         assert self._locks is not None
         wait = _Wait()
@@ -360,23 +365,60 @@ class Node:
         await wait.done.wait()
         if wait.error is not None:
             raise wait.error
-        if not wait.granted:
-            raise RmpdError("lock-denied", f"{op} of lock {lock} was refused by the group")
         return True
 
-    async def _leave(self, group: str) -> None:
+    async def leave(self, group: str) -> None:
         """Posts made before the leave go first (as before a send); a refusal among them is raised once left."""
         refused = await self._poster.settle(group)
         try:
             self._require().leave(group)
         except NotMember as exc:
             raise RmpdError("not-joined", str(exc)) from None
-        self._groups.pop(group, None)
+        joined = self._groups.pop(group, None)
+        if joined is not None:
+            joined[1].end()
         await trio.lowlevel.checkpoint()
         if refused is not None:
             raise refused
 
-    # A reader behind: section 4.6
+    # Engine events, each to what the program is told of it (rmpd.told)
+
+    def handle_events(self, events: list[EngineEvent]) -> None:
+        """One drain's events, in order; then whether a reader fell behind."""
+        handlers = self._handlers
+        for event in events:
+            handlers[type(event)](event)
+        if self._pace is not None:
+            self._pace.check()
+
+    def _handlers_by_type(self) -> dict[type, Callable[[Any], None]]:
+        """The handler of each kind of engine event: the one for what a program is told of it (rmpd.told.TOLD)."""
+        by_told: dict[Told, Callable[[Any], None]] = {
+            Told.DELIVERIES: self._delivered, Told.VIEW: self._view_installed, Told.UNDELIVERED: self._undelivered,
+            Told.ENDED: self._ended, Told.CALL: self._call_request, Told.LOCK_ANSWER: self._lock_answered,
+            Told.CALL_ANSWER: self._call_answered, Told.NOTHING: _not_told}
+        return {kind: by_told[told] for kind, told in TOLD.items()}
+
+    def _delivered(self, event: Delivered) -> None:
+        """The common case: one per delivered packet."""
+        name = event.group
+        if event.src == self._me:
+            self._own.delivered(name, event.seq, event.qos)
+        joined = self._groups.get(name)
+        if joined is not None:
+            handler = event.handler
+            joined[1].deliver_now(deliveries_of(name, event.src, event.seq, event.qos, event.ts, view_name(event.view),
+                                                handler, event.payloads, 0, event.answer), handler == LIBRARY_HANDLER)
+
+    def _view_installed(self, event: ViewInstalled) -> None:
+        joined = self._groups.get(event.group)
+        if joined is not None:
+            joined[1].tell_now(ViewChange(*view_of(event), event.group))
+        if self._app is not None:
+            self._app.view_installed(event)
+
+    def _undelivered(self, event: EngineUndelivered) -> None:
+        self._report_undelivered(event.group, event.reason, event)
 
     def _report_undelivered(self, name: str, reason: str, named: EngineUndelivered | None = None) -> None:
         """The membership of ``name`` ended: the program's messages not delivered here, in one event (``named`` by
@@ -384,103 +426,95 @@ class Node:
         per_sender, unclaimed = self._own.ended(name, named)
         self.stats["undelivered_unclaimed"] += unclaimed  # a non-member's calls this node relayed
         seqs = per_sender.get(self)
-        group = self._groups.get(name)
-        if seqs and group is not None:
+        joined = self._groups.get(name)
+        if seqs and joined is not None:
             self.stats["undelivered_reported"] += len(seqs)
-            group._feed_event(Undelivered(seqs, reason, name))
+            joined[1].tell_now(Undelivered(seqs, reason, name))
 
-    def _check_overrun(self) -> None:
-        """After each drain: a group whose reader has EVENT_BUFFER events unread stops accepting the token until the
-        reader is down to half of that (as the daemon does for its clients), instead of dropping deliveries; a
-        reader still behind after OVERRUN_GRACE is cut off as a slow consumer, since the ring waits for it."""
-        app = self._app
-        if app is None or (not app.overrun and all(len(g._events) < EVENT_BUFFER for g in self._groups.values())):
-            return  # nobody is behind and no group holds the token back: the common case
-        app.check_overrun(list(self._groups.keys() | app.overrun.keys()), self._reader_behind, self._cut_reader)
-
-    def _reader_behind(self, name: str) -> bool:
-        group = self._groups.get(name)
-        if group is None or group._events.closed:
-            return False
-        if self._app is not None and name in self._app.overrun:
-            return len(group._events) > EVENT_BUFFER // 2
-        if len(group._events) < EVENT_BUFFER:
-            return False
-        group._when_caught_up(EVENT_BUFFER // 2, self._reader_caught_up)
-        return True
-
-    def _cut_reader(self, name: str) -> None:
-        group = self._groups.get(name)
-        if group is not None:
-            group._end(RmpdError("slow-consumer", f"the reader of {name!r} fell too far behind"))
-
-    def _reader_caught_up(self) -> None:
-        """From the reader, outside any step: what it asks is drained as one step."""
-        if self._loop is not None:
-            with self._loop.one_step():
-                self._check_overrun()
-
-    def handle_events(self, events: list[EngineEvent]) -> None:
-        """One drain's events, in order; then whether a reader fell behind."""
-        for event in events:
-            self._on_event(event)
-        self._check_overrun()
-
-    def _on_event(self, event: EngineEvent) -> None:
-        if type(event) is Delivered:  # the common case first: one per delivered packet
-            if event.src == self._me:
-                self._own.delivered(event.group, event.seq, event.qos)
-            group = self._groups.get(event.group)
-            if group is not None:
-                make, src, seq, qos, ts, view, name, handler, answer = (
-                    make_delivery, event.src, event.seq, event.qos, event.ts, view_name(event.view), event.group,
-                    event.handler, event.answer)
-                group._feed_over([make(payload, src, seq, qos, ts, view, name, handler, index, answer)
-                                  for index, payload in enumerate(event.payloads)], handler == LIBRARY_HANDLER)
-            return
-        if isinstance(event, CallAnswered):
-            entry = self._calls.get(event.call_id)
-            if entry is not None:
-                entry[1].append(event)
-                entry[0].set()
-            return
-        group = self._groups.get(event.group)
-        if isinstance(event, EngineCallRequest):
-            if group is not None:
-                group._feed_call(CallRequest(event.payload, event.caller, event.conn, event.stamp, event.handler,
-                                             event.group, str(event.view), self._reply))
-            return
-        if isinstance(event, ViewInstalled):
-            if group is not None:
-                group._feed_view(ViewChange(str(event.view), tuple(event.members), event.group))
-            if self._app is not None:
-                self._app.view_installed(event)
-        elif isinstance(event, LockResult):
-            for wait, _owner in self._locks.answered(event) if self._locks is not None else ():
-                wait.granted = event.granted
-                wait.done.set()
-        elif isinstance(event, EngineUndelivered):
-            self._report_undelivered(event.group, event.reason, event)
-        elif isinstance(event, Left) and event.rejoining:
+    def _ended(self, event: Left | JoinFailed) -> None:
+        """The membership (or the join) ended: the process rejoins by itself, or the group is over."""
+        end, name = ending(event), event.group
+        if isinstance(event, Left):
+            self._report_undelivered(name, end.reason)
+        if end.rejoining:
             # Cut off or merged: the process joins again by itself and the group goes on in the view that follows
             # (the program is told now); locks do not survive the membership that held them.
-            self._report_undelivered(event.group, event.reason)
             if self._app is not None:
                 self._app.membership_ended(event)
-            if group is not None:
-                group._feed_event(Rejoining(event.reason, event.group))
-            for wait in self._locks.ended(event.group) if self._locks is not None else ():
-                wait.error = RmpdError("left", event.reason)
-                wait.done.set()
-        elif isinstance(event, Left | JoinFailed):
-            if isinstance(event, Left):
-                self._report_undelivered(event.group, event.reason)
-            if self._app is not None and self._app.ended(event):
-                return  # asked to join again while still leaving: joined again (the group waiting is the new one)
-            error = RmpdError("join-failed" if isinstance(event, JoinFailed) else "left", event.reason)
-            for wait in self._locks.ended(event.group) if self._locks is not None else ():
-                wait.error = error
-                wait.done.set()
-            if group is not None:
-                self._groups.pop(event.group, None)
-                group._end(error if isinstance(event, JoinFailed) or event.reason != "left" else None)
+            joined = self._groups.get(name)
+            if joined is not None:
+                joined[1].tell_now(Rejoining(end.reason, name))
+        elif self._app is not None and self._app.ended(event):
+            return  # asked to join again while still leaving: joined again (the group waiting is the new one)
+        error = RmpdError(end.code, end.reason)
+        for wait in self._locks.ended(name) if self._locks is not None else ():
+            wait.end(error)
+        if not end.rejoining:
+            joined = self._groups.pop(name, None)
+            if joined is not None:
+                joined[1].end(None if end.asked else error)
+
+    def _call_request(self, event: EngineCallRequest) -> None:
+        joined = self._groups.get(event.group)
+        if joined is not None:
+            joined[1].call(CallRequest(event.payload, event.caller, event.conn, event.stamp, event.handler,
+                                       event.group, str(event.view), self._reply))
+
+    def _lock_answered(self, event: LockResult) -> None:
+        refusal = lock_refusal(event)
+        error = RmpdError(*refusal) if refusal is not None else None
+        for wait, _owner in self._locks.answered(event) if self._locks is not None else ():
+            wait.end(error)
+
+    def _call_answered(self, event: CallAnswered) -> None:
+        entry = self._calls.get(event.call_id)
+        if entry is not None:
+            entry[1].append(event)
+            entry[0].set()
+
+
+class ReaderPace:
+    """A reader behind on an embedded node (section 4.6): checked after each drain, a group whose reader has
+    EVENT_BUFFER events unread stops accepting the token until the reader is down to half of that (as the daemon
+    does for its clients), instead of dropping deliveries; a reader still behind after OVERRUN_GRACE is cut off as
+    a slow consumer, since the ring waits for it."""
+
+    def __init__(self, loop: ProcessLoop, app: ProcessAdapter, groups: dict[str, tuple[Group, GroupInbox]]) -> None:
+        self._loop = loop
+        self._app = app
+        self._groups = groups
+        """The node's joined groups (the node adds and removes them)."""
+
+    def check(self) -> None:
+        app = self._app
+        if not app.overrun and all(len(inbox.events) < EVENT_BUFFER for _, inbox in self._groups.values()):
+            return  # nobody is behind and no group holds the token back: the common case
+        app.check_overrun(list(self._groups.keys() | app.overrun.keys()), self._behind, self._cut)
+
+    def _behind(self, name: str) -> bool:
+        joined = self._groups.get(name)
+        if joined is None or joined[1].ended:
+            return False
+        inbox = joined[1]
+        if name in self._app.overrun:
+            return inbox.unread() > EVENT_BUFFER // 2
+        if inbox.unread() < EVENT_BUFFER:
+            return False
+        inbox.when_caught_up(EVENT_BUFFER // 2, self._caught_up)
+        return True
+
+    def _cut(self, name: str) -> None:
+        joined = self._groups.get(name)
+        if joined is not None:
+            joined[1].end(RmpdError("slow-consumer", f"the reader of {name!r} fell too far behind"))
+
+    def _caught_up(self) -> None:
+        """From the reader, outside any step: what it asks is drained as one step."""
+        with self._loop.one_step():
+            self.check()
+
+
+def _not_told(event: EngineEvent) -> None:
+    """An event of the process's own (rmpd.told.Told.NOTHING): an embedded node answers no status queries, and a
+    send the engine refuses is refused to its caller at once."""
+    del event

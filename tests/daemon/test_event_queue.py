@@ -8,11 +8,11 @@ import pytest
 import trio
 import trio.testing
 
-from rmpd.client.group import YIELD_EVERY, EventQueue
+from rmpd.client.group import YIELD_EVERY, EventBuffer
 
 
 async def test_events_come_out_in_order_across_frames() -> None:
-    queue: EventQueue[int] = EventQueue(100)
+    queue: EventBuffer[int] = EventBuffer(100)
     await queue.put_many([1, 2, 3])
     assert queue.put_nowait(4)
     await queue.put_many([5])
@@ -20,7 +20,7 @@ async def test_events_come_out_in_order_across_frames() -> None:
 
 
 async def test_a_full_queue_makes_the_producer_wait_and_refuses_put_nowait() -> None:
-    queue: EventQueue[int] = EventQueue(4)
+    queue: EventBuffer[int] = EventBuffer(4)
     done = trio.Event()
 
     async def produce() -> None:
@@ -37,7 +37,7 @@ async def test_a_full_queue_makes_the_producer_wait_and_refuses_put_nowait() -> 
 
 
 async def test_close_delivers_what_is_queued_then_the_error_then_ends() -> None:
-    queue: EventQueue[object] = EventQueue(2)
+    queue: EventBuffer[object] = EventBuffer(2)
     await queue.put_many([1, 2])
     error = RuntimeError("left")
     queue.close(error)  # past the bound: the reader must learn why the stream ended
@@ -48,7 +48,7 @@ async def test_close_delivers_what_is_queued_then_the_error_then_ends() -> None:
 
 
 async def test_close_wakes_a_waiting_reader_and_a_waiting_writer() -> None:
-    queue: EventQueue[int] = EventQueue(1)
+    queue: EventBuffer[int] = EventBuffer(1)
     await queue.put_many([1])
     async with trio.open_nursery() as nursery:
         nursery.start_soon(queue.put_many, [2, 3])
@@ -60,7 +60,7 @@ async def test_close_wakes_a_waiting_reader_and_a_waiting_writer() -> None:
 
 
 async def test_get_is_a_cancellation_point_even_with_events_buffered() -> None:
-    queue: EventQueue[int] = EventQueue(10)
+    queue: EventBuffer[int] = EventBuffer(10)
     await queue.put_many([1, 2])
     with trio.CancelScope() as scope:
         scope.cancel()
@@ -88,7 +88,7 @@ async def ticks_of_another_task_while(read: Callable[[], Awaitable[None]]) -> in
 
 
 async def test_a_flooded_reader_lets_other_tasks_run() -> None:
-    queue: EventQueue[int] = EventQueue(10_000)
+    queue: EventBuffer[int] = EventBuffer(10_000)
     await queue.put_many(list(range(10 * YIELD_EVERY)))
 
     async def read() -> None:
@@ -99,7 +99,7 @@ async def test_a_flooded_reader_lets_other_tasks_run() -> None:
 
 
 async def test_get_many_takes_what_is_queued_up_to_its_limit_and_waits_for_at_least_one() -> None:
-    queue: EventQueue[int] = EventQueue(100)
+    queue: EventBuffer[int] = EventBuffer(100)
     await queue.put_many([1, 2, 3, 4, 5])
     assert await queue.get_many(3) == [1, 2, 3]
     assert await queue.get_many(100) == [4, 5]
@@ -119,7 +119,7 @@ async def test_get_many_takes_what_is_queued_up_to_its_limit_and_waits_for_at_le
 
 
 async def test_get_many_frees_room_for_a_waiting_producer_then_ends_after_the_error() -> None:
-    queue: EventQueue[object] = EventQueue(4)
+    queue: EventBuffer[object] = EventBuffer(4)
     async with trio.open_nursery() as nursery:
         nursery.start_soon(queue.put_many, list(range(6)))
         await trio.testing.wait_all_tasks_blocked()
@@ -132,7 +132,7 @@ async def test_get_many_frees_room_for_a_waiting_producer_then_ends_after_the_er
 
 
 async def test_a_flooded_batch_reader_lets_other_tasks_run() -> None:
-    queue: EventQueue[int] = EventQueue(10_000)
+    queue: EventBuffer[int] = EventBuffer(10_000)
     await queue.put_many(list(range(10 * YIELD_EVERY)))
 
     async def read() -> None:

@@ -20,7 +20,8 @@ import trio.testing
 
 import rmpd
 from rmpd import localapi
-from rmpd.client.connection import Client
+from rmpd.client.events import deliveries_of
+from rmpd.client.group import EVENT_BUFFER, GroupInbox
 from rmpd.localapi import FrameError, FrameReader, encode_frame
 from rmpd.protocol.events import Undelivered as EngineUndelivered
 from rmpd.protocol.qos import QoS
@@ -37,7 +38,7 @@ CUT_OFF_WITHIN = 60.0
 # The frames and the bookkeeping, without a daemon
 
 
-async def test_an_undelivered_frame_round_trips_and_reaches_its_group_as_an_event() -> None:
+async def test_an_undelivered_frame_round_trips_and_what_it_tells_reaches_the_reader_in_its_place() -> None:
     frames = [localapi.undelivered_event("g", [3, 4, 9], "partition of 1 is below the minimum of 2"),
               localapi.rejoining_event("g", "partition of 1 is below the minimum of 2")]
     send, receive = trio.testing.memory_stream_one_way_pair()
@@ -45,17 +46,22 @@ async def test_an_undelivered_frame_round_trips_and_reaches_its_group_as_an_even
     reader = FrameReader(receive)
     read = [await reader.read() for _ in frames]
     assert read == frames
+    assert localapi.decode_seqs_untrusted(frames[0]["seqs"]) == (3, 4, 9)
 
-    client = Client(None, Path("unused"))  # type: ignore[arg-type]  # _dispatch never touches the stream
-    group = rmpd.Group(client, "g", "v", [])
-    client._groups["g"] = group
-    for frame in read:
-        assert frame is not None
-        await client._dispatch(frame)
-    await client._dispatch({**frames[0], "group": "other"})  # a group this connection has not joined: dropped
-    assert group.statistics().events_queued == 2
-    assert await group.__anext__() == rmpd.Undelivered((3, 4, 9), "partition of 1 is below the minimum of 2", "g")
-    assert await group.__anext__() == rmpd.Rejoining("partition of 1 is below the minimum of 2", "g")
+    # What a backend hands a Group through its inbox: a reader behind (the buffer full, as on a node that cannot
+    # wait) still gets the word about its membership, after the deliveries before it.
+    inbox = GroupInbox("g")
+    group = rmpd.Group(rmpd.Node(interface="lo"), inbox)  # not started: reading asks the backend nothing
+    delivered = deliveries_of("g", "10.0.0.1:7000", 1, QoS.TOTAL, 5, "10.0.0.1:7000/1", None, [b"a"] * EVENT_BUFFER)
+    assert inbox.deliver_now(delivered) == EVENT_BUFFER
+    told = [rmpd.Undelivered((3, 4, 9), "partition of 1 is below the minimum of 2", "g"),
+            rmpd.Rejoining("partition of 1 is below the minimum of 2", "g")]
+    for event in told:
+        inbox.tell_now(event)
+    inbox.end()
+    assert group.statistics().events_queued == EVENT_BUFFER + 2
+    events = [event async for event in group]
+    assert events[:EVENT_BUFFER] == delivered and events[EVENT_BUFFER:] == told
 
 
 @pytest.mark.parametrize("seqs", [None, "1,2", [1, "2"], [1, -2], [True], [1.5],

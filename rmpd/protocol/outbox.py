@@ -85,6 +85,11 @@ class Outbox(OutputLists):
         what is multicast: a member on its way out learns from the ACKs after its removal that what it held is
         stable (rmpd.protocol.departure), and it hears no multicast."""
 
+    def keep_unicasting(self, member: ProcessId, until: float) -> None:
+        """``member``, which cannot receive multicast, was removed by a New List: send it a copy of what is
+        multicast until ``until``."""
+        self.removed_unicast_only[member] = until
+
     def event(self, event: Event) -> None:
         self.events.append(event)
 

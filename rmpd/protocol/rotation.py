@@ -90,7 +90,7 @@ class Rotation:
         self.changes.new_list_placed(nl)
         new_view = nl.installed_view()
         views = self.views
-        views.known[nl.new_view] = new_view
+        views.heard_of(new_view)
         if nl.ts > self.token.latest_ack_ts:
             old = views.current
             announced = dict(nl.seqs)
@@ -100,8 +100,8 @@ class Rotation:
             self.holdings.view_changed(nl.ts, old, new_view)
             self.ordering.forget_unorderable(new_view)
             for member in old.unicast_only - set(new_view.members):
-                self.outbox.removed_unicast_only[member] = now + self.config.fail_after
-            views.current = new_view
+                self.outbox.keep_unicasting(member, now + self.config.fail_after)
+            views.order_in(new_view)
             if self.pid not in new_view:  # a view without us: its token is not ours to hold or pass
                 self.token.give_up()
         if not self.departure.departed:
@@ -115,7 +115,7 @@ class Rotation:
         self.ordering.commit_restarts([member for member, _ in nl.members])
         self.ordering.drop_reassembly_outside(view)
         if nl.new_view != self.views.app.view_id:
-            self.views.app = view
+            self.views.installed(view)
             self.outbox.event(ViewInstalled(self.group, view.view_id, view.members, nl.ts))
             self.outbox.record("view", now, ts=nl.ts, members=list(view.members),
                                locks=[list(x) for x in view.locks], view=str(view.view_id))
@@ -160,7 +160,7 @@ class Rotation:
             waiting = (self.ordering.deliver_ts <= q.high or q.base < token.latest_ack_ts
                        or self.holdings.holders_of(q.high) < self.holdings.eligible(q.high, view))
             delay = self.config.null_ack_prompt if waiting else self.config.null_ack_interval
-            token.null.deadline = now + delay
+            token.null_at(now + delay)
         else:
             token.null.stop()
 
@@ -182,7 +182,7 @@ class Rotation:
         if nl is None:
             return False
         if nl is False:  # at most one new view per ms of uptime: try again on the next tick
-            self.token.null.deadline = now + 0.001
+            self.token.null_at(now + 0.001)
             return False
         assert isinstance(nl, NewList)
         joiner = nl.request_src if nl.request_src is not None and nl.request_src not in self.views.current else None

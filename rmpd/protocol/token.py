@@ -148,6 +148,10 @@ class Token:
         self.overrun = overrun
         return True
 
+    def null_at(self, at: float) -> None:
+        """Pass the token on with a NULL ACK at ``at`` (an idle token site, or a New List to retry)."""
+        self.null.deadline = at
+
     def prompt_null(self, at: float) -> None:
         """Pass the token on with a NULL ACK by ``at`` when holding it (sooner than planned, never later)."""
         if self.have_token and (self.null.deadline is None or self.null.deadline > at):

@@ -20,6 +20,18 @@ class Views:
         """The view the application has seen installed (changes when the New List is delivered)."""
         self.known: dict[ViewId, View] = {view.view_id: view}
 
+    def heard_of(self, view: View) -> None:
+        """A New List made ``view``: packets stamped with it are for this member from now on."""
+        self.known[view.view_id] = view
+
+    def order_in(self, view: View) -> None:
+        """The newest New List's view: packets are ordered in it from now on."""
+        self.current = view
+
+    def installed(self, view: View) -> None:
+        """The application has seen ``view`` installed (its New List was delivered)."""
+        self.app = view
+
     def witness(self, packet: Packet, pid: ProcessId) -> ProcessId | None:
         """A member of our view that can tell us about the view ``packet`` is stamped with, if there is one.
 

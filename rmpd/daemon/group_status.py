@@ -48,11 +48,13 @@ class Reply(Protocol):
 
 def local_clients(sessions: Iterable[Session]) -> list[dict[str, Any]]:
     """The local clients attached to a group, by connection: their process ID and user ID (None where the socket
-    does not say), in the order they connected."""
+    does not say), the frames queued for them and those they will not get (``dropped``), in the order they
+    connected."""
     clients = []
     for session in sorted(sessions, key=lambda s: s.id):
         pid, uid = session.peer[:2] if session.peer is not None else (None, None)
-        clients.append({"client": session.id, "pid": pid, "uid": uid})
+        clients.append({"client": session.id, "pid": pid, "uid": uid, "queued": session.queued_frames,
+                        "dropped": session.dropped})
     return clients
 
 

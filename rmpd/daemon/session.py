@@ -37,6 +37,8 @@ class Session:
         self.cut_reason: dict[str, Any] | None = None
         self.scope = trio.CancelScope()
         self.dropped = 0
+        """Frames this client will not get: pushed once it was closed (gone, cut off, or finishing), or refused by
+        its full queue (which cuts it off)."""
         self.queued_bytes = 0
         """Bytes of frames queued and not yet written: what a slow client costs the daemon in memory."""
         self.queued_frames = 0
@@ -54,12 +56,14 @@ class Session:
     def push(self, message: dict[str, Any]) -> bool:
         """Queue one frame; False if the client is gone or was just cut off for being slow."""
         if self.closed:
+            self.dropped += 1
             return False
         return self.push_encoded(encode_frame(message))
 
     def push_encoded(self, frame: bytes) -> bool:
         """Queue a frame already encoded (the hub encodes a group's events once for all its clients)."""
         if self.closed:
+            self.dropped += 1
             return False
         if self._fd is not None and not self.queued_frames and not self._writing:
             try:
@@ -74,6 +78,7 @@ class Session:
             self.queued_bytes += len(frame)
             self.queued_frames += 1
         except trio.WouldBlock:
+            self.dropped += 1
             self.cut(SLOW_CONSUMER, f"client fell {self._rx.statistics().current_buffer_used} frames behind")
             return False
         return True
@@ -125,7 +130,7 @@ class Session:
         return self.queued_frames
 
     def describe(self) -> dict[str, Any]:
-        return {"id": self.id, "queued": self.queued, "queued_bytes": self.queued_bytes}
+        return {"id": self.id, "queued": self.queued, "queued_bytes": self.queued_bytes, "dropped": self.dropped}
 
 
 __all__ = ["Session"]

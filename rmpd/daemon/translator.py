@@ -154,6 +154,7 @@ class Translator:
     def remove(self, session: Outlet) -> None:
         """A client went away: detach it from its groups, forget what it sent, and give back its locks."""
         self.sessions.discard(session)
+        self.stats["frames_dropped"] += session.dropped
         for group in self.attachments.groups_of(session):
             self._detach(session, group)
         self.sends.forget(session)  # sent to a group it had left already

@@ -354,16 +354,11 @@ class GroupEngine(PacketIntake, MembershipEnding, ReformationSide):
             self.suspect_failure(now, "token_pass")
 
     def _data_due(self, now: float) -> None:
-        sender = self.sender
-        if sender.rto.exhausted(self.config.fail_retries, now):
-            sender.rto.stop()
+        if not self.sender.data_timer_due(now, self.outbox.multicast):
             self.suspect_failure(now, "data")
-        else:
-            sender.retransmit(now, self.outbox.multicast)
 
     def _null_due(self, now: float) -> None:
-        self.token.null.stop()
-        if self.token.have_token:
+        if self.token.null_due():
             self.rotation.send_ack((), self.token.incoming_quiet + 1, now)
 
     def _request_due(self, now: float) -> None:

@@ -129,6 +129,15 @@ class Sender:
         self.rto.initial = self.data_rtt.rto
         self.rto.start(now)
 
+    def data_timer_due(self, now: float, multicast: Callable[[Data, float], object]) -> bool:
+        """The data timer expired: retransmit (``retransmit``); False, with the timer stopped, when its retries
+        are exhausted (a member is taken for failed)."""
+        if self.rto.exhausted(self.config.fail_retries, now):
+            self.rto.stop()
+            return False
+        self.retransmit(now, multicast)
+        return True
+
     def retransmit(self, now: float, multicast: Callable[[Data, float], object]) -> None:
         """The data timer expired: resend the oldest outstanding packet, then twice as many per expiry in a row
         (as TCP resends one segment on a timeout): a timer that fired because the ring was slow, not because

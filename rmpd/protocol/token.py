@@ -148,6 +148,11 @@ class Token:
         self.overrun = overrun
         return True
 
+    def null_due(self) -> bool:
+        """The NULL ACK deadline passed: it is spent; True when this member holds the token to pass on."""
+        self.null.stop()
+        return self.have_token
+
     def null_at(self, at: float) -> None:
         """Pass the token on with a NULL ACK at ``at`` (an idle token site, or a New List to retry)."""
         self.null.deadline = at

@@ -13,7 +13,9 @@ from dataclasses import dataclass
 from enum import Enum
 
 from rmpd.localapi import (
+    AUTH_REQUIRED,
     CALL_PREFIX,
+    ENCRYPTION_MISMATCH,
     EVENT_DELIVERIES,
     EVENT_REQUEST,
     EVENT_UNDELIVERED,
@@ -36,6 +38,7 @@ from rmpd.protocol.events import (
     Undelivered,
     ViewInstalled,
 )
+from rmpd.runtime.adapter import JoinEnd
 
 
 class Told(Enum):
@@ -103,6 +106,13 @@ def ending(event: Left | JoinFailed) -> Ending:
     if isinstance(event, JoinFailed):
         return Ending(False, JOIN_FAILED, event.reason, False)
     return Ending(event.rejoining, LEFT, event.reason, not event.rejoining and event.reason == "left")
+
+
+JOIN_END_CODES: dict[JoinEnd, str] = {
+    JoinEnd.FAILED: JOIN_FAILED, JoinEnd.LEFT: LEFT, JoinEnd.NEEDS_KEY: AUTH_REQUIRED,
+    JoinEnd.OTHER_ENCRYPTION: ENCRYPTION_MISMATCH,
+}
+"""The error code a join that ended without a view is answered with, for each of the runtime's reasons."""
 
 
 def lock_refusal(event: LockResult) -> tuple[str, str] | None:

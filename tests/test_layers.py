@@ -39,3 +39,8 @@ def test_the_wire_codecs_import_nothing_that_does_io() -> None:
 
 def test_the_auditor_reads_the_wire_through_the_codecs_not_the_runtime() -> None:
     assert offenders("audit", ("rmpd.runtime", "rmpd.daemon", "rmpd.client")) == {}
+
+
+def test_the_runtime_knows_nothing_of_local_clients() -> None:
+    """The runtime serves the daemon and an embedded node alike: what a local client is told is theirs."""
+    assert offenders("runtime", ("rmpd.localapi", "rmpd.daemon", "rmpd.client", "rmpd.told")) == {}

@@ -34,12 +34,12 @@ from rmpd.protocol.naming import DEFAULT_RANGE
 from rmpd.protocol.process import NotMember
 from rmpd.protocol.qos import QoS
 from rmpd.protocol.view import LIBRARY_HANDLER
-from rmpd.runtime.adapter import LockRequests, OwnMessages, ProcessAdapter
+from rmpd.runtime.adapter import JoinEnd, LockRequests, OwnMessages, ProcessAdapter
 from rmpd.runtime.auth import DatagramGuard
 from rmpd.runtime.journal import FlushingJournal
 from rmpd.runtime.loop import ProcessLoop
 from rmpd.runtime.net import interface_address, loopback_interface, max_packet_for
-from rmpd.told import TOLD, Told, call_failure, ending, lock_refusal, view_of
+from rmpd.told import JOIN_END_CODES, TOLD, Told, call_failure, ending, lock_refusal, view_of
 
 from .backend import Participant
 from .batching import Coalescer, Poster, SendBatch
@@ -70,8 +70,8 @@ class _Wait:
         del fields
         self.done.set()
 
-    def fail(self, code: str, message: str) -> None:
-        self.error = RmpdError(code, message)
+    def fail(self, reason: JoinEnd, message: str) -> None:
+        self.error = RmpdError(JOIN_END_CODES[reason], message)
         self.done.set()
 
     def end(self, error: RmpdError | None) -> None:

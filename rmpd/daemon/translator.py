@@ -49,7 +49,8 @@ from rmpd.protocol.limits import BadArgument
 from rmpd.protocol.process import NotMember
 from rmpd.protocol.qos import QoS
 from rmpd.protocol.view import LIBRARY_HANDLER
-from rmpd.runtime.adapter import ProcessAdapter
+from rmpd.runtime.adapter import JoinEnd, ProcessAdapter
+from rmpd.told import JOIN_END_CODES
 
 from . import status
 from .attachments import Attachments
@@ -80,8 +81,8 @@ class ClientReply:
     def ok(self, fields: dict[str, Any]) -> None:
         self.session.push(localapi.ok_reply(self.rid, {**fields, **self.extra}))
 
-    def fail(self, code: str, message: str) -> None:
-        self.session.push(localapi.error_reply(self.rid, code, message))
+    def fail(self, reason: JoinEnd, message: str) -> None:
+        self.session.push(localapi.error_reply(self.rid, JOIN_END_CODES[reason], message))
 
 
 class KeptReply:
@@ -96,8 +97,8 @@ class KeptReply:
     def ok(self, fields: dict[str, Any]) -> None:
         log.info("rejoined %s: view %s, %d member(s)", self.group, fields["view"], len(fields["members"]))
 
-    def fail(self, code: str, message: str) -> None:
-        log.warning("could not rejoin %s: %s: %s", self.group, code, message)
+    def fail(self, reason: JoinEnd, message: str) -> None:
+        log.warning("could not rejoin %s: %s: %s", self.group, JOIN_END_CODES[reason], message)
 
 
 Handler = Callable[[Outlet, Request], "dict[str, Any] | None"]

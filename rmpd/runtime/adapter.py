@@ -17,11 +17,11 @@ from __future__ import annotations
 from collections import Counter, defaultdict, deque
 from collections.abc import Callable, Iterable, MutableMapping
 from dataclasses import dataclass
+from enum import Enum
 from typing import Any, Generic, Protocol, TypeVar
 
 import trio
 
-from rmpd.localapi import AUTH_REQUIRED, ENCRYPTION_MISMATCH, JOIN_FAILED, LEFT
 from rmpd.protocol.events import JoinFailed, Left, LockResult, Undelivered, ViewInstalled
 from rmpd.protocol.qos import Level, QoS
 from rmpd.protocol.view import View
@@ -33,12 +33,27 @@ OVERRUN_GRACE = 1.0
 time the ring takes to declare a silent token site failed (ten doubling retries)."""
 
 
+class JoinEnd(Enum):
+    """Why a join ended without a view, in the runtime's terms; the daemon and the client library each name it in
+    theirs (the local API's error codes)."""
+
+    FAILED = "failed"
+    """The process's join failed (``JoinFailed``: nobody answered an existing-only join, the group refused it, or
+    the group name cannot be joined)."""
+    LEFT = "left"
+    """The membership ended (``Left``) before the join was answered, and nothing joins again."""
+    NEEDS_KEY = "needs-key"
+    """Nobody answered, and the group's address carries datagrams sealed with a key while this process has none."""
+    OTHER_ENCRYPTION = "other-encryption"
+    """Nobody answered, and a key holder sends on the group's address with the other ``encrypt`` setting."""
+
+
 class Reply(Protocol):
-    """Whoever waits for a join: answered once, with the view's fields or with an error code and message."""
+    """Whoever waits for a join: answered once, with the view's fields or with why the join ended and a message."""
 
     def ok(self, fields: dict[str, Any]) -> None: ...
 
-    def fail(self, code: str, message: str) -> None: ...
+    def fail(self, reason: JoinEnd, message: str) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -70,9 +85,9 @@ class ProcessAdapter:
         self.rejoining: dict[str, str] = {}
         """Groups whose membership ended by itself (``Left.rejoining``) and that are not in a view again yet, with
         the reason: a send meanwhile is refused, and the refusal says so."""
-        self.join_refusals: dict[str, tuple[str, str]] = {}
+        self.join_refusals: dict[str, tuple[JoinEnd, str]] = {}
         """Joins whose group was heard in a form this process cannot take: kept from founding a view, and, if nobody
-        answers them, failed with this error code and message."""
+        answers them, failed with this reason and message."""
         self.unverified_heard: dict[str, Counter[tuple[str, str]]] = {}
         """Per group with join waiters: datagrams dropped on its address while they wait, by (reason, source)."""
         loop.refusal_watch = self.refused
@@ -121,11 +136,11 @@ class ProcessAdapter:
         refusal = self.join_refusals.pop(group, None)
         hint = self.auth_hint(group)
         if not isinstance(event, JoinFailed):
-            code, message = LEFT, event.reason
+            reason, message = JoinEnd.LEFT, event.reason
         else:
-            code, message = refusal or (JOIN_FAILED, event.reason + hint)
+            reason, message = refusal or (JoinEnd.FAILED, event.reason + hint)
         for reply in self.join_waiters.pop(group, []):
-            reply.fail(code, message)
+            reply.fail(reason, message)
         return False
 
     def membership_ended(self, event: Left) -> None:
@@ -155,14 +170,14 @@ class ProcessAdapter:
         except ValueError as exc:
             self.join_options.pop(group, None)
             for reply in self.join_waiters.pop(group, []):
-                reply.fail(JOIN_FAILED, str(exc))
+                reply.fail(JoinEnd.FAILED, str(exc))
 
     def refused(self, groups: Iterable[str], refusals: Counter[tuple[str, str]]) -> None:
         """The group key's check dropped ``refusals`` (count per reason and source) on the multicast address of
         ``groups``.  A join the application waits for learns here that its group speaks in a form this process
         cannot take.  Sealed datagrams on a process with no key, or datagrams of the other encrypt setting under
         its own key (verified: only a key holder makes them), mean it can never be in that group: unless a member
-        it can talk to answers (a group of its own setting on the same address), the join fails with a code
+        it can talk to answers (a group of its own setting on the same address), the join fails with a reason
         naming the setting, instead of founding a second group beside the first.  Other drops (another key, plain
         or forged datagrams) only explain a join that went unanswered."""
         for group in [g for g in groups if g in self.join_waiters]:
@@ -227,29 +242,29 @@ MAX_HEARD = 64
 """(reason, source) pairs a waiting join remembers for its message: a flood from many sources must not grow it."""
 
 
-def _needs_key(group: str, address: tuple[str, int], source: str, encrypt: bool) -> tuple[str, str]:
-    return AUTH_REQUIRED, (
+def _needs_key(group: str, address: tuple[str, int], source: str, encrypt: bool) -> tuple[JoinEnd, str]:
+    return JoinEnd.NEEDS_KEY, (
         f"{group!r} is a keyed group: nobody answered the join, and its address {address[0]}:{address[1]} carries "
         f"datagrams sealed with an auth key (latest from {source}) while this process has no key; start rmpd with "
         f"--auth-key FILE (auth_key in its config) naming the group's key file")
 
 
-def _other_encryption(group: str, address: tuple[str, int], source: str, encrypt: bool) -> tuple[str, str]:
+def _other_encryption(group: str, address: tuple[str, int], source: str, encrypt: bool) -> tuple[JoinEnd, str]:
     if encrypt:
         heard, fix = "signed but not encrypted", "start rmpd with --no-encrypt, or every member with --encrypt"
     else:
         heard, fix = "encrypted", "start rmpd with --encrypt, or encrypt = true in its config"
-    return ENCRYPTION_MISMATCH, (
+    return JoinEnd.OTHER_ENCRYPTION, (
         f"{group!r} is {heard}: nobody answered the join, and {source} sends on its address "
         f"{address[0]}:{address[1]} under this process's auth key with the other encrypt setting; every member of a "
         f"group must have the same one ({fix})")
 
 
-JOIN_BLOCKERS: dict[str, Callable[[str, tuple[str, int], str, bool], tuple[str, str]]] = {
+JOIN_BLOCKERS: dict[str, Callable[[str, tuple[str, int], str, bool], tuple[JoinEnd, str]]] = {
     "unverifiable": _needs_key, "encryption_mismatch": _other_encryption,
 }
 """Drops (``DatagramGuard.last_refusal``) that say the group heard cannot be joined from here, whatever else
-happens: the error code and message a join of it fails with."""
+happens: the reason and message a join of it fails with."""
 
 
 W = TypeVar("W")
@@ -371,4 +386,4 @@ class LockRequests(Generic[W]):
 Application = ProcessAdapter
 """The name ``ProcessAdapter`` had before; kept only while importers move to the new one."""
 
-__all__ = ["OVERRUN_GRACE", "LockBusy", "LockRequests", "OwnMessages", "ProcessAdapter", "Reply"]
+__all__ = ["OVERRUN_GRACE", "JoinEnd", "LockBusy", "LockRequests", "OwnMessages", "ProcessAdapter", "Reply"]

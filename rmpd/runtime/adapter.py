@@ -383,7 +383,4 @@ class LockRequests(Generic[W]):
         return gone
 
 
-Application = ProcessAdapter
-"""The name ``ProcessAdapter`` had before; kept only while importers move to the new one."""
-
 __all__ = ["OVERRUN_GRACE", "JoinEnd", "LockBusy", "LockRequests", "OwnMessages", "ProcessAdapter", "Reply"]

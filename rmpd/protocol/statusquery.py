@@ -4,7 +4,7 @@ Outside the order, as Alives are: a member asks each member of its view with a S
 answers its asker with a Status Report carrying its application's snapshot, which the protocol does not read.  A
 stalled ring (a member just killed, a reformation) does not hold the answers back, so a member that does not
 answer within the timeout is one that is gone or cannot be reached.  The datagrams go through the same key as the
-group's other packets (rmpd.runtime.auth), so only holders of a keyed group's key can ask or answer.
+group's other packets (rmpd.wire.sealing), so only holders of a keyed group's key can ask or answer.
 
 The answer goes to the datagram's source, not to an address the packet names, and each process answers at most
 ``ANSWER_BURST`` queries at once and ``ANSWERS_PER_SECOND`` after that: a forged source can make a process send a

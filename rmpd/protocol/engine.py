@@ -61,13 +61,13 @@ from .rotation import Rotation
 from .sender import Sender
 from .stability import Holdings
 from .status import GroupStatus, MembershipEnd
-from .timers import Backoff, TimerRegistry
+from .timers import TimerRegistry
 from .token import Token
 from .view import View
 from .viewchange import ViewChanges
 from .views import Views
 
-__all__ = ["Backoff", "GroupEngine", "Rng"]
+__all__ = ["GroupEngine", "Rng"]
 
 
 class GroupEngine(PacketIntake, MembershipEnding, ReformationSide):

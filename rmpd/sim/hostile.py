@@ -20,7 +20,7 @@ from typing import Any
 
 import msgpack
 
-from rmpd.protocol.packets import HEADER_SIZE, ListChangeRequest, NonMemberData, decode
+from rmpd.protocol.packets import HEADER_SIZE, TYPE_OFFSET, ListChangeRequest, NonMemberData, decode
 
 from .network import LinkFaults, SimNetwork
 from .schedule import Arrival, Timeline
@@ -73,7 +73,7 @@ def mutate(data: bytes, rng: random.Random, kind: str) -> bytes:
     if kind == "extend":
         return data + rng.randbytes(rng.randrange(1, 64))
     if kind == "retype":
-        return data[:3] + bytes((rng.randrange(256),)) + data[HEADER_SIZE:]
+        return data[:TYPE_OFFSET] + bytes((rng.randrange(256),)) + data[TYPE_OFFSET + 1:]
     try:
         body = msgpack.unpackb(data[HEADER_SIZE:], raw=False, strict_map_key=False)
     except Exception:  # the input is a real datagram; anything odd just means "send garbage"

@@ -24,20 +24,8 @@ from rmpd.localapi import (
     LEFT,
     LOCK_DENIED,
 )
-from rmpd.protocol.events import (
-    CallAnswered,
-    CallRequest,
-    Delivered,
-    Event,
-    JoinFailed,
-    Left,
-    LockResult,
-    SendRefused,
-    StatusAsked,
-    StatusGathered,
-    Undelivered,
-    ViewInstalled,
-)
+from rmpd.protocol import events as engine
+from rmpd.protocol.events import CallAnswered, JoinFailed, Left, LockResult, ViewInstalled
 from rmpd.runtime.adapter import JoinEnd
 
 
@@ -66,18 +54,18 @@ class Told(Enum):
     refused at once; the daemon logs and counts it)."""
 
 
-TOLD: dict[type[Event], Told] = {
-    Delivered: Told.DELIVERIES,
-    ViewInstalled: Told.VIEW,
-    Undelivered: Told.UNDELIVERED,
-    Left: Told.ENDED,
-    JoinFailed: Told.ENDED,
-    CallRequest: Told.CALL,
-    LockResult: Told.LOCK_ANSWER,
-    CallAnswered: Told.CALL_ANSWER,
-    SendRefused: Told.NOTHING,
-    StatusAsked: Told.NOTHING,
-    StatusGathered: Told.NOTHING,
+TOLD: dict[type[engine.Event], Told] = {
+    engine.Delivered: Told.DELIVERIES,
+    engine.ViewInstalled: Told.VIEW,
+    engine.Undelivered: Told.UNDELIVERED,
+    engine.Left: Told.ENDED,
+    engine.JoinFailed: Told.ENDED,
+    engine.CallRequest: Told.CALL,
+    engine.LockResult: Told.LOCK_ANSWER,
+    engine.CallAnswered: Told.CALL_ANSWER,
+    engine.SendRefused: Told.NOTHING,
+    engine.StatusAsked: Told.NOTHING,
+    engine.StatusGathered: Told.NOTHING,
 }
 """Every engine event, by its type, and what a program is told of it."""
 

@@ -22,7 +22,6 @@ import msgpack
 import trio
 
 from rmpd.protocol.events import Delivered
-from rmpd.protocol.ids import view_name
 from rmpd.protocol.limits import BadArgument, check_call_handler, check_handler, check_lock
 from rmpd.protocol.qos import QoS
 from rmpd.protocol.reformation import MIN_PARTITION_ALL, MIN_PARTITION_MAJORITY
@@ -364,16 +363,29 @@ MAX_REPORTED_SEQS = 1 << 20
 on what a hostile daemon can make a client build."""
 
 
+def deliveries_event(group: str, delivered: list[Delivered],
+                     answers: Callable[[Delivered], bool] | None = None) -> dict[str, Any]:
+    """The ``deliveries`` event of the engine's ``delivered`` packets: each packet's fields as the engine made them,
+    one array per packet.  The QoS travels as its code (one integer, as in a datagram) and the view as its ID's
+    array ``[creator, counter]``: nothing is turned into text to be parsed back.  ``answers``: whether the client
+    this frame goes to is the one to answer a packet (default: as the engine said, ``Delivered.answer``)."""
+    if answers is None:
+        runs = [(d.src, d.seq, d.qos.code(), d.ts, d.view, d.handler, 0, d.payloads, d.answer) for d in delivered]
+    else:
+        runs = [(d.src, d.seq, d.qos.code(), d.ts, d.view, d.handler, 0, d.payloads, answers(d)) for d in delivered]
+    return {"event": EVENT_DELIVERIES, "group": group, "runs": runs}
+
+
 class DeliveryRun(NamedTuple):
-    """One delivered packet's messages as a ``deliveries`` event carries them: the packet's fields once, then its
-    payloads, so a packet of many small messages costs its identity once on the wire.  On the wire it is a msgpack
-    array of these nine fields in this order."""
+    """One delivered packet's messages as a client reads them from a ``deliveries`` event: the packet's fields
+    once, then its payloads, so a packet of many small messages costs its identity once on the wire.  On the wire
+    it is a msgpack array of these nine fields in this order, with the QoS as its code and the view as
+    ``[creator, counter]``."""
 
     source: str
     """Sender's process ID (``ip:port``)."""
     seq: int
-    qos: str
-    """The QoS level's name (:meth:`QoS.name`)."""
+    qos: QoS
     timestamp: int | None
     view: str
     """Membership view ID, ``creator-ip:port/counter``."""
@@ -386,21 +398,28 @@ class DeliveryRun(NamedTuple):
 
 
 def decode_runs_untrusted(runs: Any) -> list[DeliveryRun]:
-    """A ``deliveries`` event's runs, or FrameError when they are not a list of runs of nine fields."""
+    """A ``deliveries`` event's runs, or FrameError when they are not a list of runs of nine fields with a QoS code
+    and a view ID.  A frame's runs are of one group, nearly always of one view and few QoS levels: the QoS and the
+    view are read again only where they differ from the run before."""
+    decoded: list[DeliveryRun] = []
     make = DeliveryRun._make
+    code_before: Any = None
+    view_before: Any = None
+    qos, view_id = QoS.TOTAL, ""
     try:
-        return [make(run) for run in runs]
-    except TypeError:  # not a list, a run not an array, or an array of another length
-        raise FrameError(BAD_FRAME, "deliveries must be a list of runs of nine fields") from None
-
-
-def deliveries_event(group: str, delivered: list[Delivered],
-                     answers: Callable[[Delivered], bool] | None = None) -> dict[str, Any]:
-    """The ``deliveries`` event of the engine's ``delivered`` packets, one run each.  ``answers``: whether the
-    client this frame goes to is the one to answer a run (default: as the engine said, ``Delivered.answer``)."""
-    return {"event": EVENT_DELIVERIES, "group": group,
-            "runs": [DeliveryRun(d.src, d.seq, qos_name(d.qos), d.ts, view_name(d.view), d.handler, 0, d.payloads,
-                                 d.answer if answers is None else answers(d)) for d in delivered]}
+        for source, seq, code, ts, view, handler, first, payloads, answer in runs:
+            if code != code_before:
+                qos, code_before = QoS.from_code(code), code
+            if view != view_before:
+                creator, counter = view
+                if type(creator) is not str or type(counter) is not int:
+                    raise ValueError("not a view ID")
+                view_id, view_before = f"{creator}/{counter}", view
+            decoded.append(make((source, seq, qos, ts, view_id, handler, first, payloads, answer)))
+    except (TypeError, ValueError):  # not a list, a run of another length, no QoS code, no view ID
+        raise FrameError(BAD_FRAME, "deliveries must be a list of runs of nine fields, each with a QoS code and "
+                                    "a view ID") from None
+    return decoded
 
 
 def view_event(group: str, view: str, members: list[str], ts: int | None) -> dict[str, Any]:
@@ -444,32 +463,6 @@ def call_request_event(group: str, caller: str, conn: int, stamp: int, handler: 
                        view: str) -> dict[str, Any]:
     return {"event": EVENT_REQUEST, "group": group, "caller": caller, "conn": conn, "stamp": stamp,
             "handler": handler, "payload": payload, "view": view}
-
-
-_QOS_BY_NAME: dict[str, QoS] = {}
-_NAMES_OF_QOS: dict[QoS, str] = {}
-MAX_REMEMBERED_QOS = 256
-"""QoS levels whose names are kept: a group uses only a few, and a hostile daemon must not grow the cache."""
-
-
-def qos_name(qos: QoS) -> str:
-    """QoS.name(), remembered: every delivery run names its QoS."""
-    name = _NAMES_OF_QOS.get(qos)
-    if name is None:
-        name = qos.name()
-        if len(_NAMES_OF_QOS) < MAX_REMEMBERED_QOS:
-            _NAMES_OF_QOS[qos] = name
-    return name
-
-
-def qos_of(name: str) -> QoS:
-    """QoS.parse, remembered; ValueError for a name that is no QoS."""
-    qos = _QOS_BY_NAME.get(name)
-    if qos is None:
-        qos = QoS.parse(name)
-        if len(_QOS_BY_NAME) < MAX_REMEMBERED_QOS:
-            _QOS_BY_NAME[name] = qos
-    return qos
 
 
 # ----------------------------------------------------------------------------------------------------------------

@@ -16,7 +16,7 @@ from typing import Any
 import trio
 
 from rmpd import localapi
-from rmpd.localapi import DEFAULT_MAX_FRAME, FrameError, FrameReader, client_socket_path, encode_frame, qos_of
+from rmpd.localapi import DEFAULT_MAX_FRAME, FrameError, FrameReader, client_socket_path, encode_frame
 from rmpd.protocol.calls import CALL_ERRORS, CALL_GRACE, DEFAULT_CALL_TIMEOUT
 from rmpd.protocol.config import EngineConfig
 from rmpd.protocol.limits import MessageTooLarge, check_message_size
@@ -299,7 +299,7 @@ class Client:
             for run in localapi.decode_runs_untrusted(frame["runs"]):
                 handler = run.handler
                 library = library or handler == LIBRARY_HANDLER
-                deliveries += deliveries_of(name, run.source, run.seq, qos_of(run.qos), run.timestamp, run.view,
+                deliveries += deliveries_of(name, run.source, run.seq, run.qos, run.timestamp, run.view,
                                             handler, run.payloads, run.first, run.answer)
             await inbox.deliver(deliveries, library)
         elif kind == localapi.EVENT_VIEW:

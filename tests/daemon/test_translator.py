@@ -503,3 +503,33 @@ def test_shutting_down_refuses_requests_and_ends_every_connection(hub: Translato
     hub.close_sessions("bye")
     assert client.take() == [{"id": None, "error": localapi.SHUTTING_DOWN, "message": "bye"}]
     assert client.closed
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# The deliveries frame, as a client decodes it
+
+
+def test_a_deliveries_frame_carries_the_engines_fields_and_decodes_to_them(hub: Translator, process: Process) -> None:
+    client = connect(hub)
+    joined(hub, process, "g", client)
+    k2 = Delivered("g", PEER, 5, QoS.k(2), 9, ViewId(PEER, 12), 1, (b"a", b"b"), False)
+    hub.handle_events([k2, delivered("g", PEER, 6, b"c")])
+    (event,) = client.events("deliveries")
+    assert event["runs"][0] == [PEER, 5, QoS.k(2).code(), 9, [PEER, 12], 1, 0, [b"a", b"b"], False]
+    runs = localapi.decode_runs_untrusted(event["runs"])
+    assert [(run.qos, run.view, run.payloads) for run in runs] == [(QoS.k(2), f"{PEER}/12", [b"a", b"b"]),
+                                                                    (QoS.TOTAL, f"{ME}/1", [b"c"])]
+
+
+@pytest.mark.parametrize("runs", [
+    None, 7, "runs", [[PEER, 1]], [[PEER, 1, 3, 0, [ME, 1], None, 0, [b"x"]]],
+    [[PEER, 1, 7, 0, [ME, 1], None, 0, [b"x"], False]],  # no such QoS level
+    [[PEER, 1, "total", 0, [ME, 1], None, 0, [b"x"], False]],
+    [[PEER, 1, 3, 0, f"{ME}/1", None, 0, [b"x"], False]],
+    [[PEER, 1, 3, 0, [ME, "1"], None, 0, [b"x"], False]],
+    [[PEER, 1, 3, 0, [ME, 1, 2], None, 0, [b"x"], False]],
+])
+def test_runs_that_are_not_deliveries_are_a_bad_frame(runs: Any) -> None:
+    with pytest.raises(localapi.FrameError) as refused:
+        localapi.decode_runs_untrusted(runs)
+    assert refused.value.code == localapi.BAD_FRAME

@@ -10,6 +10,7 @@ from typing import Any
 from rmpd import localapi
 from rmpd.localapi import Request, RequestError
 from rmpd.protocol.events import CallAnswered, CallRequest
+from rmpd.told import call_failure
 
 from .locks import LockOwners
 from .ports import Outlet, Runtime
@@ -45,11 +46,12 @@ class CallWaiters:
         if waiter is None:
             return
         client, rid = waiter
-        if event.error is None:
+        failure = call_failure(event)
+        if failure is None:
             client.push(localapi.ok_reply(rid, {"reply": event.reply}))
         else:
             self.stats[f"calls_failed_{event.error}"] += 1
-            client.push(localapi.error_reply(rid, localapi.CALL_PREFIX + event.error, event.reason))
+            client.push(localapi.error_reply(rid, *failure))
 
     def requested(self, event: CallRequest) -> None:
         """Hand a call to the local client holding its handler lock; without one nobody here can answer."""

@@ -16,6 +16,7 @@ from rmpd.protocol.events import LockResult, ViewInstalled
 from rmpd.protocol.process import NotMember
 from rmpd.protocol.view import View
 from rmpd.runtime.adapter import LockBusy, LockRequests
+from rmpd.told import lock_refusal
 
 from .ports import Outlet, Runtime
 
@@ -89,12 +90,12 @@ class LockOwners:
                 self._release(*key)
         elif event.op == "unlock" and event.granted:
             self._owners.pop(key, None)
+        refusal = lock_refusal(event)
         for (client, rid), _owner in waiters:
-            if event.granted:
+            if refusal is None:
                 client.push(localapi.ok_reply(rid, {"granted": True, "lock": event.lock}))
             else:
-                client.push(localapi.error_reply(rid, localapi.LOCK_DENIED,
-                                                 f"{event.op} of lock {event.lock} was refused by the group"))
+                client.push(localapi.error_reply(rid, *refusal))
 
     def client_gone(self, client: Outlet) -> None:
         """A client went away: its locks are given back."""

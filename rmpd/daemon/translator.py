@@ -50,7 +50,7 @@ from rmpd.protocol.process import NotMember
 from rmpd.protocol.qos import QoS
 from rmpd.protocol.view import LIBRARY_HANDLER
 from rmpd.runtime.adapter import JoinEnd, ProcessAdapter
-from rmpd.told import JOIN_END_CODES
+from rmpd.told import JOIN_END_CODES, ending, view_of
 
 from . import status
 from .attachments import Attachments
@@ -386,8 +386,8 @@ class Translator:
         self.backpressure.check()
 
     def _view_installed(self, event: ViewInstalled) -> None:
-        self.fanout.to_group(event.group, localapi.view_event(event.group, str(event.view), list(event.members),
-                                                              event.ts))
+        view, members = view_of(event)
+        self.fanout.to_group(event.group, localapi.view_event(event.group, view, list(members), event.ts))
         if self.runtime.is_member(event.group):
             self.kept.confirmed(event.group)  # the persistent join took effect: its record stands
         self.app.view_installed(event)
@@ -407,7 +407,7 @@ class Translator:
         group = event.group
         if isinstance(event, Left):  # ordered, not delivered here (usually nothing)
             self.sends.ended(group, event.reason, None, self.attachments.clients(group))
-        if isinstance(event, Left) and event.rejoining:
+        if ending(event).rejoining:
             # Cut off or merged: the process joins again by itself, and the clients stay in the group, told so
             # now; the view that follows tells them where they are.  Locks do not survive the membership that
             # held them.

@@ -46,7 +46,7 @@ answered frame-too-large with the connection closed, ending every group on it.""
 class Client:
     """Requests to the daemon, and the groups this connection has joined.
 
-    It is the :class:`rmpd.client.group.Backend` of those groups: ``send``, ``post``, ``flush``, ``members``,
+    It is the :class:`rmpd.client.backend.Backend` of those groups: ``send``, ``post``, ``flush``, ``members``,
     ``lock``, ``leave`` and the rest take a group's name and are what its :class:`Group` calls; programs use the
     Group."""
 

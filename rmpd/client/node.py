@@ -250,7 +250,7 @@ class Node:
             inbox.joined(str(view.view_id), view.members)
         return group
 
-    # Backend of Group (rmpd.client.group.Backend): what a Group of this node calls
+    # Backend of Group (rmpd.client.backend.Backend): what a Group of this node calls
 
     def participant(self) -> Participant:
         # One program per node and group: the process is the participant (number 0).

@@ -291,7 +291,7 @@ class GroupEngine(PacketIntake, MembershipEnding, ReformationSide):
     def _emit_own(self, packet: Data, now: float) -> None:
         """A new own packet leaves: multicast it, and hold it as any member holds what it receives."""
         self.outbox.multicast(packet, now)
-        self._on_data(packet, now)
+        self.on_data(packet, now)
 
     def set_overrun(self, overrun: bool, now: float) -> None:
         """Section 4.6: a process that runs out of buffers delays accepting the token, so nothing more is ordered
@@ -372,7 +372,7 @@ class GroupEngine(PacketIntake, MembershipEnding, ReformationSide):
     # ------------------------------------------------------------------------------------------------------------
     # Data
 
-    def _on_data(self, packet: Data, now: float) -> None:
+    def on_data(self, packet: Data, now: float) -> None:
         level = packet.qos.level
         if packet.src not in self.views.current and not self.frozen and (
                 level == Level.UNRELIABLE or self.ordering.q.ts_of((packet.src, packet.seq)) is None):

@@ -86,7 +86,7 @@ class PacketIntake:
         frozen: bool
 
         def _progress(self, now: float) -> None: ...
-        def _on_data(self, packet: Data, now: float) -> None: ...
+        def on_data(self, packet: Data, now: float) -> None: ...
         def suspect_failure(self, now: float, why: str) -> None: ...
 
     def dispatch_table(self) -> dict[MemberState, dict[type, PacketHandler]]:
@@ -96,7 +96,7 @@ class PacketIntake:
         rotation, reformation, departure = self.rotation, self.reformation, self.departure
         return {
             MemberState.MEMBER: {
-                Data: self._on_data, Ack: rotation.on_ack, NewList: self._on_new_list, Confirm: rotation.on_confirm,
+                Data: self.on_data, Ack: rotation.on_ack, NewList: self._on_new_list, Confirm: rotation.on_confirm,
                 Nack: self._on_nack, RecoveryStart: reformation.on_packet, RecoveryVote: reformation.on_packet,
                 RecoveryAckNewList: reformation.on_packet, RecoveryAbort: reformation.on_packet,
             },
@@ -150,7 +150,7 @@ class PacketIntake:
                 self.stats["data_of_earlier_view"] += 1
                 if self.config.journal:
                     self.outbox.record_packet("recv", packet, now)
-                self._on_data(packet, now)  # type: ignore[arg-type]
+                self.on_data(packet, now)  # type: ignore[arg-type]
                 self._progress(now)
                 return
             self.stats["other_view"] += 1

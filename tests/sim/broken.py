@@ -38,9 +38,9 @@ class AcceptsWithHoles(GroupEngine):
 class DeliversTotalOnReceipt(GroupEngine):
     """Hands totally ordered messages to the application as soon as they arrive, before any ACK."""
 
-    def _on_data(self, packet: Data, now: float) -> None:
+    def on_data(self, packet: Data, now: float) -> None:
         fresh = packet.qos.level == Level.TOTAL and not self.ordering.delivered(packet.src, packet.seq)
-        super()._on_data(packet, now)
+        super().on_data(packet, now)
         if fresh:
             self.delivery.deliver(packet, None, now, holders=1)
 
@@ -48,11 +48,11 @@ class DeliversTotalOnReceipt(GroupEngine):
 class DeliversDuplicates(GroupEngine):
     """Hands every copy of an unordered message to the application, duplicates included."""
 
-    def _on_data(self, packet: Data, now: float) -> None:
+    def on_data(self, packet: Data, now: float) -> None:
         if packet.qos.level == Level.UNORDERED and self.ordering.delivered(packet.src, packet.seq):
             self.delivery.deliver(packet, None, now, holders=1)
             return
-        super()._on_data(packet, now)
+        super().on_data(packet, now)
 
 
 class IgnoresResilience(GroupEngine):

@@ -9,12 +9,14 @@ from __future__ import annotations
 import contextlib
 import itertools
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from rmpd import localapi
 from rmpd.daemon.backpressure import OVERRUN_BYTES
+from rmpd.daemon.memberships import Membership, MembershipFile
 from rmpd.daemon.translator import Translator
 from rmpd.protocol.config import EngineConfig
 from rmpd.protocol.events import (
@@ -533,3 +535,59 @@ def test_runs_that_are_not_deliveries_are_a_bad_frame(runs: Any) -> None:
     with pytest.raises(localapi.FrameError) as refused:
         localapi.decode_runs_untrusted(runs)
     assert refused.value.code == localapi.BAD_FRAME
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Memberships kept with no client, and state transfer participants
+
+
+def test_a_persistent_join_is_recorded_and_a_failed_one_takes_its_record_back(process: Process, clock: Clock,
+                                                                             tmp_path: Path) -> None:
+    kept = MembershipFile(tmp_path / "kept.json")
+    hub = Translator(process, clock=clock, kept=kept)
+    client = connect(hub)
+    hub.handle(client, {"op": "join", "id": 1, "group": "g", "persist": True})
+    hub.handle(client, {"op": "join", "id": 2, "group": "h", "persist": True})
+    assert set(kept.load()) == {"g", "h"}
+    hub.handle_events([process.install("g"), JoinFailed("h", "no group answered")])
+    assert set(kept.load()) == {"g"}
+    hub.remove(client)
+    assert process.requests("leave") == []  # kept with no client
+    other = connect(hub)
+    hub.handle(other, {"op": "leave", "id": 3, "group": "g", "persist": True})
+    assert other.replies()[3] == {"id": 3, "ok": True, "daemon_left": True}
+    assert kept.load() == {}
+    assert process.requests("leave") == [("leave", "g")]
+
+
+def test_a_persistent_join_the_state_directory_cannot_record_is_refused(process: Process, clock: Clock,
+                                                                        tmp_path: Path) -> None:
+    (tmp_path / "not-a-directory").write_text("")
+    hub = Translator(process, clock=clock, kept=MembershipFile(tmp_path / "not-a-directory" / "kept.json"))
+    client = connect(hub)
+    hub.handle(client, {"op": "join", "id": 1, "group": "g", "persist": True})
+    assert client.replies()[1]["error"] == localapi.STATE_UNWRITABLE
+    assert process.requests("join") == []
+    assert hub.stats["memberships_unsaved"] == 1
+
+
+def test_kept_groups_are_joined_at_start_and_a_reload_drops_those_no_longer_listed(hub: Translator,
+                                                                                  process: Process) -> None:
+    hub.rejoin_kept([Membership("a"), Membership("b")], {"c": Membership("c")})
+    assert sorted(request[1] for request in process.requests("join")) == ["a", "b", "c"]
+    client = connect(hub)
+    hub.handle(client, {"op": "join", "id": 1, "group": "b"})
+    joined_now, dropped = hub.reload_kept([Membership("a"), Membership("d")], {})
+    assert (joined_now, dropped) == (["d"], ["b", "c"])
+    assert process.requests("leave") == [("leave", "c")]  # b still has a client
+
+
+def test_a_state_participant_that_leaves_is_announced_to_the_group(hub: Translator, process: Process) -> None:
+    participant, other = connect(hub), connect(hub)
+    hub.handle(participant, {"op": "join", "id": 1, "group": "g", "state": True})
+    hub.handle_events([process.install("g")])
+    hub.handle(other, {"op": "join", "id": 2, "group": "g", "state": True})
+    assert other.replies()[2]["state_peers"] == 1
+    hub.handle(participant, {"op": "leave", "id": 3, "group": "g"})
+    notice = localapi.state_participant_gone(ME, participant.id)
+    assert process.requests("send") == [("send", "g", (notice,))]

@@ -3,9 +3,10 @@
 A frame is a 4-byte big-endian length, then one msgpack map.  A client sends requests (``op``, ``id`` and the
 fields of :data:`OPS`); the daemon answers each with ``{"id", "ok": True, ...}`` or a structured error
 ``{"id", "error": code, "message"}`` (the codes below), and pushes events (``{"event": kind, "group", ...}``) in
-the order its process produced them.  A group's deliveries travel as :class:`DeliveryRun` s, one per packet
-delivered.  Bytes from the other end are untrusted: anything that is not a well-formed frame or request surfaces as
-:class:`FrameError` or :class:`RequestError` only, with the code the daemon sends back.
+the order its process produced them.  A group's deliveries travel as the engine's ``Delivered`` events, one run
+per packet delivered, which a client reads as :class:`DeliveryRun` s.  Bytes from the other end are untrusted:
+anything that is not a well-formed frame or request surfaces as :class:`FrameError` or :class:`RequestError`
+only, with the code the daemon sends back.
 """
 
 from __future__ import annotations

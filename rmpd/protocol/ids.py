@@ -16,14 +16,6 @@ ProcessId = str
 """``ip:port`` of a process's unicast socket, e.g. ``"127.0.0.1:7001"``."""
 
 
-def make_process_id(ip: str, port: int) -> ProcessId:
-    """Build a process ID, validating both halves."""
-    ipaddress.IPv4Address(ip)
-    if not 0 < port < 65536:
-        raise ValueError(f"port out of range: {port}")
-    return f"{ip}:{port}"
-
-
 @functools.lru_cache(maxsize=256)
 def process_id_of(address: tuple[str, int]) -> ProcessId:
     """The process ID of a socket address, remembered: a receiver names the source of every datagram, and a group

@@ -75,11 +75,6 @@ def aead_cipher(key: GroupKey) -> Any:
     return ChaCha20Poly1305(key.aead_key)
 
 
-def is_sealed(datagram: bytes) -> bool:
-    """Does ``datagram`` start with a sealed form's tag (whether or not it opens)?"""
-    return datagram[:2] in SEALED_TAGS
-
-
 def sign(key: GroupKey, packet: bytes) -> bytes:
     """``packet`` in the ``RA`` form: readable, with a MAC under ``key``."""
     body = MAC_TAG + key.kid + packet

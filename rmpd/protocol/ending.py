@@ -46,7 +46,7 @@ class MembershipEnding:
         self.changes.begin_leaving()
         self.departure.leave_for(reason)
         if self.views.current.size == 1:
-            self._depart(now)
+            self.departure.depart(now)
             return
         self._maybe_request_leave(now)
 
@@ -75,10 +75,8 @@ class MembershipEnding:
         if self.changes.leave_wanted(self.sender.idle):
             self.request_change(Op.LEAVE, None, now)
 
-    def _depart(self, now: float) -> None:
-        self.departure.depart(now)  # the reason given when the leave was asked for stands
-
     def depart(self, now: float) -> None:
+        """A New List without this member is ordered (``Departure.removed``)."""
         self.departure.removed(now, self.changes.leaving)
 
     def stop(self, now: float, reason: str) -> None:

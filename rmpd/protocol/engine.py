@@ -420,7 +420,7 @@ class GroupEngine(PacketIntake, MembershipEnding, ReformationSide):
             # departed process delivering past the view that removed it would break virtual synchrony).
             return
         if self.changes.leaving and self._last_to_leave():
-            self._depart(now)
+            self.departure.depart(now)
             return
         ordering, token, reformation = self.ordering, self.token, self.reformation
         q = ordering.q

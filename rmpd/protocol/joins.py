@@ -174,13 +174,18 @@ class Joining:
         wish = self.rejoin_wishes.get(group)
         if wish is None:
             return
-        recent = now - 2 * self.config.rto_max  # asking right now: a joiner resends at least every rto_max
-        wishers = {pid for pid, at in wish.wishers.items() if at >= recent} | {self.pid}
+        wishers = self._asking(wish, now)
         if not wish.group_heard and len(wishers) >= wish.needed and min(wishers) == self.pid:
             del self.rejoin_wishes[group]
             self.stats["refounded"] += 1
             self.create(group, now, min_partition=wish.min_partition, ttl=wish.ttl)
         wish.group_heard = False
+
+    def _asking(self, wish: RejoinWish, now: float) -> set[ProcessId]:
+        """Members of the wish's last view asking to join right now (a joiner resends at least every ``rto_max``),
+        this process included."""
+        recent = now - 2 * self.config.rto_max
+        return {pid for pid, at in wish.wishers.items() if at >= recent} | {self.pid}
 
     def _rejoin_probes(self, now: float) -> None:
         """A wish that has heard nothing of its group asks to join now and then anyway, so that members left with

@@ -230,8 +230,7 @@ class RmpProcess(PacketRouting, Joining):
             return Quorum(REFORMING if status.reforming else OPERATIONAL, status.view.size, status.needed)
         wish = self.rejoin_wishes.get(group)
         if wish is not None:
-            recent = now - 2 * self.config.rto_max  # as _unanswered_rejoin counts those asking
-            asking = {pid for pid, at in wish.wishers.items() if at >= recent} | {self.pid}
+            asking = self._asking(wish, now)
             heard = wish.group_heard or self._heard_lately(self._group_heard_at, group, now)
             return Quorum(REJOINING if heard or len(asking) >= wish.needed else BLOCKED, len(asking), wish.needed)
         if group in self.joining:

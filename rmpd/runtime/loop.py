@@ -36,7 +36,7 @@ from rmpd.protocol.quorum import Quorum
 from rmpd.protocol.status import GroupStatus
 from rmpd.protocol.view import View
 from rmpd.scmp.latest import LatestStore
-from rmpd.wire.forwarding import FORWARD_TAG, unwrap
+from rmpd.wire.forwarding import FORWARD_TAG
 from rmpd.wire.sealing import SEALED_TAGS
 
 from .auth import DatagramGuard
@@ -165,7 +165,7 @@ class ProcessLoop:
                     continue
                 source = process_id_of(addr)
                 if data[:2] == FORWARD_TAG:
-                    data = self._forward(data, source)
+                    data = self.routes.forward(data, source, self._forwarding_view, self.pid)
                     if data is None:
                         continue
                 if keyless and data[:2] not in SEALED_TAGS:
@@ -452,21 +452,9 @@ class ProcessLoop:
         with listener.scope, contextlib.suppress(trio.ClosedResourceError):
             await self._receive_loop(listener.sock, "multicast", listener)
 
-    def _forward(self, data: bytes, source: str) -> bytes | None:
-        """A datagram with the forwarding flag: multicast it for its sender when this process is a member of its
-        group and can multicast, and take it as received from the sender; None when it is dropped (counted)."""
-        unwrapped = unwrap(data)
-        if unwrapped is None:
-            self.stats["forward_malformed"] += 1
-            return None
-        group, datagram = unwrapped
-        view = self.view(group)
-        if not self.multicast or view is None or not self.is_member(group):
-            self.stats["forward_refused"] += 1  # only a member that multicasts forwards: no relay for strangers
-            return None
-        self.stats["forwarded"] += 1
-        self.routes.multicast_for(source, group, datagram, view, self.pid)
-        return datagram
+    def _forwarding_view(self, group: str) -> View | None:
+        """The view of ``group`` when this process multicasts for others in it: a member, not leaving, that can."""
+        return self.view(group) if self.multicast and self.is_member(group) else None
 
     def _unlisten(self, group: str) -> None:
         self.routes.forget(group)

@@ -3,19 +3,21 @@
 The process names a datagram's destination abstractly (a group, or a process ID); the loop hands every one to
 :class:`GroupRoutes`, which seals it and sends it from the process's socket: to the group's address (its name
 hashed into the address range) with the group's TTL, or, for a group joined naming a member (explicit naming and
-the forwarding flag, paper 3.3 and 3.4), wrapped to that member, which multicasts it in this process's place.
+the forwarding flag, paper 3.3 and 3.4), wrapped to that member, which multicasts it in this process's place.  As
+such a member, it multicasts what others wrap to it (``GroupRoutes.forward``).
 """
 
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 
 from rmpd.protocol.events import Transmit
 from rmpd.protocol.ids import split_process_id
 from rmpd.protocol.naming import group_address
 from rmpd.protocol.packets import packet_type_of
 from rmpd.protocol.view import View
-from rmpd.wire.forwarding import wrap
+from rmpd.wire.forwarding import unwrap, wrap
 
 from .auth import DatagramGuard
 from .sockets import DatagramSender
@@ -85,7 +87,25 @@ class GroupRoutes:
             return
         self.sender.send(self.guard.seal(tx.data), address)
 
-    def multicast_for(self, source: str, group: str, datagram: bytes, view: View, own: str) -> None:
+    def forward(self, data: bytes, source: str, forwarding_view: Callable[[str], View | None],
+                own: str) -> bytes | None:
+        """A datagram from ``source`` with the forwarding flag: multicast what it wraps for its sender, when
+        ``forwarding_view`` gives a view of its group (this process is a member of it that multicasts), and return
+        it, to be taken as received from the sender; None when it is dropped (counted)."""
+        unwrapped = unwrap(data)
+        if unwrapped is None:
+            self.stats["forward_malformed"] += 1
+            return None
+        group, datagram = unwrapped
+        view = forwarding_view(group)
+        if view is None:
+            self.stats["forward_refused"] += 1  # only a member that multicasts forwards: no relay for strangers
+            return None
+        self.stats["forwarded"] += 1
+        self._multicast_for(source, group, datagram, view, own)
+        return datagram
+
+    def _multicast_for(self, source: str, group: str, datagram: bytes, view: View, own: str) -> None:
         """Multicast ``datagram`` (sealed by ``source``, a process this one forwards for) to ``group``, and unicast
         it to each member of ``view`` that cannot receive multicast, bar ``source`` and this process (``own``)."""
         self.sender.send(datagram, group_address(group, self.address_range),

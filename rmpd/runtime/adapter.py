@@ -25,6 +25,7 @@ import trio
 from rmpd.protocol.events import JoinFailed, Left, LockResult, Undelivered, ViewInstalled
 from rmpd.protocol.qos import Level, QoS
 from rmpd.protocol.view import View
+from rmpd.wire.sealing import ENCRYPTION_MISMATCH, UNKNOWN_KEY, UNSIGNED, UNVERIFIABLE
 
 from .loop import ProcessLoop
 
@@ -202,9 +203,9 @@ class ProcessAdapter:
             return ""
         sources = sorted({source for _, source in heard})
         reasons = {reason for reason, _ in heard}
-        if "unknown_key" in reasons:
+        if UNKNOWN_KEY in reasons:
             likely = "the group is probably keyed with a different auth key"
-        elif "unsigned" in reasons:
+        elif UNSIGNED in reasons:
             likely = "a group without an auth key uses that address, and this process has one"
         else:
             likely = "someone sends forged datagrams to that address"
@@ -237,7 +238,6 @@ class ProcessAdapter:
                 self.loop.set_overrun(group, is_behind)
 
 
-
 MAX_HEARD = 64
 """(reason, source) pairs a waiting join remembers for its message: a flood from many sources must not grow it."""
 
@@ -261,7 +261,7 @@ def _other_encryption(group: str, address: tuple[str, int], source: str, encrypt
 
 
 JOIN_BLOCKERS: dict[str, Callable[[str, tuple[str, int], str, bool], tuple[JoinEnd, str]]] = {
-    "unverifiable": _needs_key, "encryption_mismatch": _other_encryption,
+    UNVERIFIABLE: _needs_key, ENCRYPTION_MISMATCH: _other_encryption,
 }
 """Drops (``DatagramGuard.last_refusal``) that say the group heard cannot be joined from here, whatever else
 happens: the reason and message a join of it fails with."""

@@ -1,11 +1,12 @@
 """What the invariant checker is told a process did, as typed observations.
 
-A process states what it did in its journal records (the schema of ``rmpd/protocol/outbox.py``) and hands its
-application the messages themselves in ``Delivered`` events.  This module reads both once, into the observations
-the checker takes: a record becomes an observation by its event (and packet) name; a ``deliver`` record is paired
-with the ``Delivered`` event of the same packet by the packet's identity (source, sequence number, QoS), not by
-position, so a delivery journaled without its event (or the reverse) shows as a mismatch instead of shifting every
-pairing after it.  Journals read back from disk carry no payloads: their deliveries are observed without them.
+A process states what it did in its journal records (``Outbox.record``; a packet's fields by
+``rmpd/protocol/journalschema.py``) and hands its application the messages themselves in ``Delivered`` events.
+This module reads both once, into the observations the checker takes: a record becomes an observation by its event
+(and packet) name; a ``deliver`` record is paired with the ``Delivered`` event of the same packet by the packet's
+identity (source, sequence number, QoS), not by position, so a delivery journaled without its event (or the
+reverse) shows as a mismatch instead of shifting every pairing after it.  Journals read back from disk carry no
+payloads: their deliveries are observed without them.
 """
 
 from __future__ import annotations
@@ -107,7 +108,6 @@ class MembershipEnded(Observation):
 @dataclass(frozen=True, slots=True)
 class Reincarnated(Observation):
     """``node`` restarted under the same process ID: a new application, which holds and delivered nothing yet."""
-
 
 
 def payloads_by_packet(events: Iterable[object]) -> dict[PacketKey, list[tuple[bytes, ...]]]:

@@ -67,7 +67,7 @@ from .view import View
 from .viewchange import ViewChanges
 from .views import Views
 
-__all__ = ["GroupEngine", "Rng"]
+__all__ = ["GroupEngine"]
 
 
 class GroupEngine(PacketIntake, MembershipEnding, ReformationSide):

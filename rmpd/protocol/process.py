@@ -17,8 +17,8 @@ from dataclasses import replace
 
 from .calls import DEFAULT_CALL_TIMEOUT, Caller
 from .config import EngineConfig
-from .engine import GroupEngine, Rng
-from .events import JoinFailed, Left, SendRefused
+from .engine import GroupEngine
+from .events import JoinFailed, Left
 from .ids import ProcessId, RequestIds, ViewCounter
 from .joins import JoinAttempt, Joining, RejoinWish
 from .limits import check_call
@@ -28,6 +28,7 @@ from .outbox import OutputLists, Outputs
 from .packets import NewList
 from .qos import QoS
 from .quorum import BELOW_MINIMUM, BLOCKED, JOINING, LEAVING, OPERATIONAL, REFORMING, REJOINING, Quorum
+from .reformation import Rng
 from .routing import PacketRouting
 from .status import GroupStatus
 from .statusquery import StatusQueries
@@ -394,4 +395,4 @@ class RmpProcess(PacketRouting, Joining):
             self.receive_datagram(data, self.pid, now)
 
 
-__all__ = ["NotMember", "RmpProcess", "SendRefused"]
+__all__ = ["NotMember", "RmpProcess"]

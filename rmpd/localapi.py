@@ -4,9 +4,9 @@ A frame is a 4-byte big-endian length, then one msgpack map.  A client sends req
 fields of :data:`OPS`); the daemon answers each with ``{"id", "ok": True, ...}`` or a structured error
 ``{"id", "error": code, "message"}`` (the codes below), and pushes events (``{"event": kind, "group", ...}``) in
 the order its process produced them.  A group's deliveries travel as the engine's ``Delivered`` events, one run
-per packet delivered, which a client reads as :class:`DeliveryRun` s.  Bytes from the other end are untrusted:
-anything that is not a well-formed frame or request surfaces as :class:`FrameError` or :class:`RequestError`
-only, with the code the daemon sends back.
+per packet delivered, which a client reads with :func:`decode_deliveries_untrusted`.  Bytes from the other end
+are untrusted: anything that is not a well-formed frame or request surfaces as :class:`FrameError` or
+:class:`RequestError` only, with the code the daemon sends back.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import struct
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, TypeVar
 
 import msgpack
 import trio
@@ -26,6 +26,8 @@ from rmpd.protocol.events import Delivered
 from rmpd.protocol.limits import BadArgument, check_call_handler, check_handler, check_lock
 from rmpd.protocol.qos import QoS
 from rmpd.protocol.reformation import MIN_PARTITION_ALL, MIN_PARTITION_MAJORITY
+
+T = TypeVar("T")
 
 # ----------------------------------------------------------------------------------------------------------------
 # Where the daemon listens
@@ -377,33 +379,21 @@ def deliveries_event(group: str, delivered: list[Delivered],
     return {"event": EVENT_DELIVERIES, "group": group, "runs": runs}
 
 
-class DeliveryRun(NamedTuple):
-    """One delivered packet's messages as a client reads them from a ``deliveries`` event: the packet's fields
-    once, then its payloads, so a packet of many small messages costs its identity once on the wire.  On the wire
-    it is a msgpack array of these nine fields in this order, with the QoS as its code and the view as
-    ``[creator, counter]``."""
-
-    source: str
-    """Sender's process ID (``ip:port``)."""
-    seq: int
-    qos: QoS
-    timestamp: int | None
-    view: str
-    """Membership view ID, ``creator-ip:port/counter``."""
-    handler: int | None
-    first: int
-    """Index of the first payload within its packet (0: the whole packet)."""
-    payloads: list[bytes]
-    answer: bool
-    """True only in the frame to the client holding the handler's lock: it is the one to answer (paper 3.3)."""
+RunTaker = Callable[[str, int, QoS, "int | None", str, "int | None", int, list[bytes], bool], list[T]]
+"""Takes one delivered packet's run as read from a ``deliveries`` event: source (``ip:port``), seq, QoS,
+timestamp, view ID (``creator-ip:port/counter``), handler, the index of its first payload within the packet (0:
+the whole packet), its payloads, and whether this client is the one to answer them (it holds the handler's lock,
+paper 3.3); returns what the client makes of them."""
 
 
-def decode_runs_untrusted(runs: Any) -> list[DeliveryRun]:
-    """A ``deliveries`` event's runs, or FrameError when they are not a list of runs of nine fields with a QoS code
-    and a view ID.  A frame's runs are of one group, nearly always of one view and few QoS levels: the QoS and the
-    view are read again only where they differ from the run before."""
-    decoded: list[DeliveryRun] = []
-    make = DeliveryRun._make
+def decode_deliveries_untrusted(runs: Any, take: RunTaker[T]) -> list[T]:
+    """A ``deliveries`` event's runs, each handed to ``take`` as it is read (the client makes its deliveries there,
+    with no shape in between), or FrameError when they are not a list of runs of nine fields with a QoS code and a
+    view ID, or ``take`` refuses a field's type.  On the wire a run is a msgpack array of those nine fields in that
+    order, with the QoS as its code and the view as ``[creator, counter]``: a packet of many small messages costs
+    its identity once.  A frame's runs are of one group, nearly always of one view and few QoS levels: the QoS and
+    the view are read again only where they differ from the run before."""
+    decoded: list[T] = []
     code_before: Any = None
     view_before: Any = None
     qos, view_id = QoS.TOTAL, ""
@@ -416,7 +406,7 @@ def decode_runs_untrusted(runs: Any) -> list[DeliveryRun]:
                 if type(creator) is not str or type(counter) is not int:
                     raise ValueError("not a view ID")
                 view_id, view_before = f"{creator}/{counter}", view
-            decoded.append(make((source, seq, qos, ts, view_id, handler, first, payloads, answer)))
+            decoded += take(source, seq, qos, ts, view_id, handler, first, payloads, answer)
     except (TypeError, ValueError):  # not a list, a run of another length, no QoS code, no view ID
         raise FrameError(BAD_FRAME, "deliveries must be a list of runs of nine fields, each with a QoS code and "
                                     "a view ID") from None

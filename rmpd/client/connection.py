@@ -294,13 +294,15 @@ class Client:
         name = inbox.name
         kind = frame["event"]
         if kind == localapi.EVENT_DELIVERIES:
-            deliveries: list[Delivery] = []
             library = False
-            for run in localapi.decode_runs_untrusted(frame["runs"]):
-                handler = run.handler
+
+            def run_of(source: str, seq: int, qos: QoS, ts: int | None, view: str, handler: int | None,
+                       first: int, payloads: list[bytes], answer: bool) -> list[Delivery]:
+                nonlocal library
                 library = library or handler == LIBRARY_HANDLER
-                deliveries += deliveries_of(name, run.source, run.seq, run.qos, run.timestamp, run.view,
-                                            handler, run.payloads, run.first, run.answer)
+                return deliveries_of(name, source, seq, qos, ts, view, handler, payloads, first, answer)
+
+            deliveries = localapi.decode_deliveries_untrusted(frame["runs"], run_of)
             await inbox.deliver(deliveries, library)
         elif kind == localapi.EVENT_VIEW:
             await inbox.tell(ViewChange(frame["view"], tuple(frame["members"]), name))

@@ -518,9 +518,9 @@ def test_a_deliveries_frame_carries_the_engines_fields_and_decodes_to_them(hub: 
     hub.handle_events([k2, delivered("g", PEER, 6, b"c")])
     (event,) = client.events("deliveries")
     assert event["runs"][0] == [PEER, 5, QoS.k(2).code(), 9, [PEER, 12], 1, 0, [b"a", b"b"], False]
-    runs = localapi.decode_runs_untrusted(event["runs"])
-    assert [(run.qos, run.view, run.payloads) for run in runs] == [(QoS.k(2), f"{PEER}/12", [b"a", b"b"]),
-                                                                    (QoS.TOTAL, f"{ME}/1", [b"c"])]
+    runs = localapi.decode_deliveries_untrusted(event["runs"], lambda *run: [run])
+    assert runs == [(PEER, 5, QoS.k(2), 9, f"{PEER}/12", 1, 0, [b"a", b"b"], False),
+                    (PEER, 6, QoS.TOTAL, 6, f"{ME}/1", None, 0, [b"c"], False)]
 
 
 @pytest.mark.parametrize("runs", [
@@ -533,7 +533,7 @@ def test_a_deliveries_frame_carries_the_engines_fields_and_decodes_to_them(hub: 
 ])
 def test_runs_that_are_not_deliveries_are_a_bad_frame(runs: Any) -> None:
     with pytest.raises(localapi.FrameError) as refused:
-        localapi.decode_runs_untrusted(runs)
+        localapi.decode_deliveries_untrusted(runs, lambda *run: [run])
     assert refused.value.code == localapi.BAD_FRAME
 
 

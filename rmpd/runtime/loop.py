@@ -169,19 +169,17 @@ class ProcessLoop:
                     if data is None:
                         continue
                 if keyless and data[:2] not in SEALED_TAGS:
-                    kind = packet_type_of(data)
-                    if kind is not None:
-                        by_type[kind] += 1
-                    process.receive_datagram(data, source, now)  # no key, a plain packet: nothing to open
-                    continue
-                packet = guard.open(data, source, where)
-                if packet is not None:
-                    kind = packet_type_of(packet)
-                    if kind is not None:
-                        by_type[kind] += 1
-                    process.receive_datagram(packet, source, now)
-                elif listener is not None:
-                    refused[guard.last_refusal or "", source] += 1
+                    packet: bytes | None = data  # no key, a plain packet: nothing to open
+                else:
+                    packet = guard.open(data, source, where)
+                    if packet is None:
+                        if listener is not None:
+                            refused[guard.last_refusal or "", source] += 1
+                        continue
+                kind = packet_type_of(packet)
+                if kind is not None:
+                    by_type[kind] += 1
+                process.receive_datagram(packet, source, now)
             if refused:
                 if self.refusal_watch is not None and listener is not None:
                     self.refusal_watch(listener.groups, refused)

@@ -24,9 +24,11 @@ from .events import JoinFailed, Transmit
 from .ids import ProcessId, RequestIds
 from .outbox import OutputLists
 from .packets import (
+    Alive,
     ListChangeRequest,
     NewList,
     NonMemberAck,
+    NonMemberData,
     RecoveryAbort,
     RecoveryAckNewList,
     RecoveryStart,
@@ -137,6 +139,17 @@ class Joining:
             return False
         attempt.existing_only = True
         return True
+
+    def _heard_outside(self, packet: ListChangeRequest | NonMemberData | Alive, now: float) -> None:
+        """A packet of a group this process holds no membership of: an Alive says the group can be heard (and a
+        wish to rejoin it may ask now); a join request from a member of a wish's last view says it wishes too."""
+        if type(packet) is Alive:
+            self._group_heard_at[packet.group] = now
+            self._heard_group(packet.group, now)
+            return
+        wish = self.rejoin_wishes.get(packet.group)
+        if wish is not None and type(packet) is ListChangeRequest and packet.src in wish.last_view:
+            wish.wishers[packet.src] = now
 
     def _heard_group(self, group: str, now: float) -> None:
         """An Alive of a group this process wishes to rejoin: ask to join it, now that it can be heard."""

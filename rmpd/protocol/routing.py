@@ -42,12 +42,11 @@ class PacketRouting:
     rejoin_wishes: dict[str, RejoinWish]
     caller: Caller
     status_queries: StatusQueries
-    _group_heard_at: dict[str, float]
 
     if TYPE_CHECKING:
         def wall_ms(self, now: float) -> int: ...
         def _collect(self, now: float) -> None: ...
-        def _heard_group(self, group: str, now: float) -> None: ...
+        def _heard_outside(self, packet: ListChangeRequest | NonMemberData | Alive, now: float) -> None: ...
         def _maybe_our_group(self, now: float) -> None: ...
         def _join_refused(self, ack: NonMemberAck, now: float) -> None: ...
         def _admitted(self, nl: NewList, now: float) -> None: ...
@@ -99,12 +98,7 @@ class PacketRouting:
         """Join requests, Alives and non-members' packets go by their group, whatever view they name."""
         engine = self.engines.get(packet.group)
         if engine is None:
-            wish = self.rejoin_wishes.get(packet.group)
-            if type(packet) is Alive:
-                self._group_heard_at[packet.group] = now
-                self._heard_group(packet.group, now)
-            elif wish is not None and type(packet) is ListChangeRequest and packet.src in wish.last_view:
-                wish.wishers[packet.src] = now
+            self._heard_outside(packet, now)
             self.stats["other_group"] += 1
         elif isinstance(packet, NonMemberData):
             engine.non_member_data(packet, now)

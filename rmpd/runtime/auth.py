@@ -60,14 +60,6 @@ class DatagramGuard:
         self._unlogged: Counter[str] = Counter()
 
     @property
-    def key(self) -> GroupKey | None:
-        return self.ring.key
-
-    @property
-    def previous(self) -> GroupKey | None:
-        return self.ring.previous
-
-    @property
     def encrypt(self) -> bool:
         return self.ring.encrypt
 
@@ -135,4 +127,4 @@ class DatagramGuard:
                 "mismatched_sources": dict(self.mismatched_sources.most_common(8))}
 
 
-__all__ = ["DatagramGuard", "mismatch_words"]
+__all__ = ["DatagramGuard"]

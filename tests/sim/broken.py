@@ -162,7 +162,7 @@ class InstallsViewsEarly(GroupEngine):
             if nl.new_view in views.known and nl.request_src is not None and not self.departed:
                 view = views.known[nl.new_view]
                 if view.view_id != views.app.view_id and self.pid in view:
-                    views.app = view
+                    views.installed(view)
                     self.outbox.record("view", now, ts=nl.ts, members=list(view.members), locks=[],
                                        view=str(view.view_id))
 

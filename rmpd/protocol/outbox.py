@@ -1,8 +1,10 @@
 """What one group's engine hands its caller: datagrams, application events and journal records, with the views
 they are stamped with.
 
-The parts of the engine write here; the engine's caller takes the lists (``take``).  This is the engine's half of
-the one output contract (``Outputs``) that the process and the trio runtime pass on unchanged.
+The parts of the engine write here; the process moves the lists into its own after every input (``move_to``,
+through ``GroupEngine.hand_over``), and a caller driving an engine alone takes them (``GroupEngine.take_outputs``).
+This is the engine's half of the one output contract (``Outputs``) that the process and the trio runtime pass on
+unchanged.
 """
 
 from __future__ import annotations

@@ -94,10 +94,10 @@ class HostileNetwork(SimNetwork):
     """A :class:`SimNetwork` that, for a share ``rate`` of real datagrams, also delivers hostile ones to the same
     receiver, from the same (spoofed) sender.  ``counts`` says how many of each mutation were delivered."""
 
-    def __init__(self, queue: Timeline, faults: LinkFaults, rng: random.Random, size: int, *,
+    def __init__(self, clock: Timeline, faults: LinkFaults, rng: random.Random, size: int, *,
                  rate: float, per_datagram: int = 3, guarded: bool = True, hosts: tuple[str, ...] = (),
                  group: str = "") -> None:
-        super().__init__(queue, faults, rng, size)
+        super().__init__(clock, faults, rng, size)
         self.hostile_rng = random.Random(rng.random())
         self.rate = rate
         self.per_datagram = per_datagram
@@ -126,7 +126,7 @@ class HostileNetwork(SimNetwork):
                 continue
             self.counts[kind] += 1
             self.in_flight += 1
-            self.queue.push(self.queue.now + delay, Arrival(dst, src, hostile))
+            self.clock.push(self.clock.now + delay, Arrival(dst, src, hostile))
 
     def _forgery(self, data: bytes) -> bool:
         """Would only a key holder be able to send this?  True when it decodes to a packet of our own group."""

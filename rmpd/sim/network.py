@@ -33,10 +33,10 @@ class LinkFaults:
 
 
 class SimNetwork:
-    """Carries datagrams between slots through ``queue`` as :class:`Arrival` events."""
+    """Carries datagrams between slots as :class:`Arrival` events on the run's ``clock`` (its :class:`Timeline`)."""
 
-    def __init__(self, queue: Timeline, faults: LinkFaults, rng: random.Random, size: int) -> None:
-        self.queue = queue
+    def __init__(self, clock: Timeline, faults: LinkFaults, rng: random.Random, size: int) -> None:
+        self.clock = clock
         self.faults = faults
         self.rng = rng
         self.size = size
@@ -66,7 +66,7 @@ class SimNetwork:
             if f.reorder and rng.random() < f.reorder:
                 delay += rng.random() * f.reorder_delay
             self.in_flight += 1
-            self.queue.push(self.queue.now + delay, Arrival(dst, src, data))
+            self.clock.push(self.clock.now + delay, Arrival(dst, src, data))
 
     def arrived(self) -> None:
         self.in_flight -= 1

@@ -63,13 +63,13 @@ class Simulation:
                  network_factory: Callable[..., SimNetwork] = SimNetwork) -> None:
         self.config = config
         self.seed = seed
-        self.queue = Timeline()
+        self.clock = Timeline()
         total = config.members + config.joins + (1 if config.calls else 0)
         base = engine_config or EngineConfig()
-        self.cluster = Cluster(total, seed, self.queue, EngineConfig(**{**asdict(base), "journal": True}),
+        self.cluster = Cluster(total, seed, self.clock, EngineConfig(**{**asdict(base), "journal": True}),
                                engine_factory)
         faults = LinkFaults(loss=config.loss, dup=config.dup, reorder=config.reorder)
-        self.network = network_factory(self.queue, faults, random.Random(seed * 8 + 1), total)
+        self.network = network_factory(self.clock, faults, random.Random(seed * 8 + 1), total)
         self.checker = InvariantChecker()
         self.writer = JournalWriter(journal_dir) if journal_dir is not None else None
         self.crashes = CrashDetections()
@@ -81,12 +81,12 @@ class Simulation:
         # With faults the group asks for a majority partition: only then do majority and safe messages keep one
         # order when a member is cut off (an excluded member could otherwise go on alone).
         self.min_partition = MIN_PARTITION_MAJORITY if config.membership_faults else 1
-        self.workload = Workload(config, self.cluster, self.queue, random.Random(seed * 8 + 2), self.checker,
+        self.workload = Workload(config, self.cluster, self.clock, random.Random(seed * 8 + 2), self.checker,
                                  send_interval=send_interval, call_window=self.faults_until,
                                  caller=total - 1 if config.calls else None, drain=self._drain)
         fault_rng = random.Random(seed * 8 + 5)
         self.faults = FaultInjector(plan_faults(config, fault_rng, self.faults_until), fault_rng, self.cluster,
-                                    self.queue, crashes=self.crashes, min_partition=self.min_partition,
+                                    self.clock, crashes=self.crashes, min_partition=self.min_partition,
                                     drain=self._drain, stop_sending=self.workload.stop_sending,
                                     observe=self.checker.observe)
         self.views: set[str] = set()
@@ -109,23 +109,23 @@ class Simulation:
 
     def run(self) -> SeedResult:
         self._start()
-        queue, checker = self.queue, self.checker
+        clock, checker = self.clock, self.checker
         timed_out = False
         same_time, last_time = 0, -1.0
-        while len(queue) and self.quiet_checks < SETTLE_CHECKS:
-            event = queue.pop()
-            if queue.now > self.config.max_time:
+        while len(clock) and self.quiet_checks < SETTLE_CHECKS:
+            event = clock.pop()
+            if clock.now > self.config.max_time:
                 timed_out = True
                 break
-            if queue.now == last_time:
+            if clock.now == last_time:
                 same_time += 1
                 if same_time > LIVELOCK_EVENTS:
-                    checker.fail("livelock", f"{LIVELOCK_EVENTS} events at simulated time {queue.now} without "
+                    checker.fail("livelock", f"{LIVELOCK_EVENTS} events at simulated time {clock.now} without "
                                              "progress")
                     timed_out = True
                     break
             else:
-                same_time, last_time = 0, queue.now
+                same_time, last_time = 0, clock.now
             self.handlers[type(event)](event)
         checker.finish()
         if self.writer is not None:
@@ -148,30 +148,30 @@ class Simulation:
             self.workload.start(i)
         self.faults.schedule()
         self.workload.start_calls()
-        self.queue.push(self.faults_until + SETTLE_INTERVAL, SettleCheck())
+        self.clock.push(self.faults_until + SETTLE_INTERVAL, SettleCheck())
 
     def _on_arrival(self, arrival: Arrival) -> None:
         self.network.arrived()
         proc = self.cluster.procs[arrival.dst]
         if proc is not None and not self.cluster.blocked(arrival.src, arrival.dst):
-            proc.receive_datagram(arrival.data, self.cluster.pids[arrival.src], self.queue.now)
+            proc.receive_datagram(arrival.data, self.cluster.pids[arrival.src], self.clock.now)
             self._drain(arrival.dst)
 
     def _on_timer(self, timer: TimerDue) -> None:
         proc = self.cluster.due(timer)
         if proc is not None:
-            proc.handle_timer(self.queue.now)
+            proc.handle_timer(self.clock.now)
             self._drain(timer.slot)
 
     def _on_settle_check(self, check: SettleCheck) -> None:
         self.quiet_checks = self.quiet_checks + 1 if self._settled() else 0
         if self.quiet_checks < SETTLE_CHECKS:
-            self.queue.push(self.queue.now + SETTLE_INTERVAL, check)
+            self.clock.push(self.clock.now + SETTLE_INTERVAL, check)
 
     def _settled(self) -> bool:
         """Nothing left to happen but Alives: no datagram but Alives in flight, no work or fault to come, and every
         live process with nothing to do (``RmpProcess.quiet``)."""
-        for event in self.queue.pending():
+        for event in self.clock.pending():
             if not isinstance(event, TimerDue | SettleCheck | Arrival) or (
                     isinstance(event, Arrival) and packet_type_of(event.data) != PacketType.ALIVE):
                 return False
@@ -201,7 +201,7 @@ class Simulation:
                 rec["wall"] = SIM_EPOCH + rec["mono"]
             self.writer.write(proc.pid, records)
         if any(isinstance(event, ViewInstalled) for event in events):
-            self.last_view_at = self.queue.now
+            self.last_view_at = self.clock.now
         status = proc.status(GROUP)
         if status is not None and status.ack_slots > self.max_ack_slots:
             self.max_ack_slots = status.ack_slots
@@ -211,7 +211,7 @@ class Simulation:
         """What the run's summary counts: views installed, crash detections, reformations."""
         if isinstance(observation, ViewEntered):
             self.views.add(observation.view)
-            self.crashes.view_installed(observation.node, set(observation.members), self.queue.now)
+            self.crashes.view_installed(observation.node, set(observation.members), self.clock.now)
         elif isinstance(observation, ReformationCommitted):
             self.recoveries.add(f"{observation.view}/{observation.version}")
         elif isinstance(observation, MembershipEnded):
@@ -244,7 +244,7 @@ class Simulation:
             expected=expected,
             quiescent=quiescent,
             liveness=delivered == expected,
-            sim_time=round(self.queue.now, 6),
+            sim_time=round(self.clock.now, 6),
             datagrams=self.network.sent,
             views_installed=len(self.views),
             one_view=self._one_view(),

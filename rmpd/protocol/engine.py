@@ -128,8 +128,8 @@ class GroupEngine(PacketIntake, MembershipEnding, ReformationSide):
         self.changes = ViewChanges(ctx, ordering, relay, view_counter=view_counter, request_ids=request_ids,
                                    join_floor=join_floor, joined_by=joined_by)
         self.repair = repair = Repair(ctx, ordering, token, start_ts=start_ts, suspect=self.suspect_failure)
-        self.delivery = Deliverer(ctx, ordering, holdings, relay,
-                                 commit_view=lambda nl, now: self.rotation.commit_view(nl, now))
+        self.deliverer = Deliverer(ctx, ordering, holdings, relay,
+                                  commit_view=lambda nl, now: self.rotation.commit_view(nl, now))
         self.reformation = Reformation(ctx, rng, view_counter, host=self)
         self.timers = timers = TimerRegistry()
         timers.add("reformation", self.reformation, self.reformation.on_timer)
@@ -285,7 +285,7 @@ class GroupEngine(PacketIntake, MembershipEnding, ReformationSide):
     def _send_unreliable(self, payload: bytes, qos: QoS, handler: int | None, now: float) -> int:
         packet = self.sender.unreliable(self.views.current.view_id, payload, qos, handler)
         self.outbox.multicast(packet, now)
-        self.delivery.deliver(packet, None, now, holders=1)
+        self.deliverer.deliver(packet, None, now, holders=1)
         return packet.seq
 
     def _emit_own(self, packet: Data, now: float) -> None:
@@ -382,7 +382,7 @@ class GroupEngine(PacketIntake, MembershipEnding, ReformationSide):
             self.stats["removed_source"] += 1
             return
         if level == Level.UNRELIABLE:
-            self.delivery.deliver(packet, None, now, holders=1)
+            self.deliverer.deliver(packet, None, now, holders=1)
             return
         held, ts, gap = self.ordering.hold(packet)
         if held is Held.DUPLICATE:
@@ -397,9 +397,9 @@ class GroupEngine(PacketIntake, MembershipEnding, ReformationSide):
             self.repair.maybe_gap(packet.src)
         rule = DELIVERY_RULES[level]
         if rule.on_receipt:
-            self.delivery.deliver(packet, ts, now, holders=1)
+            self.deliverer.deliver(packet, ts, now, holders=1)
         if rule.gate is Gate.SOURCE:
-            self.delivery.source_chain(packet.src, now)
+            self.deliverer.source_chain(packet.src, now)
 
     def _resent_after_order(self, now: float) -> None:
         """The source resent a packet that is ordered already: it missed the ACK that ordered it and knows of no
@@ -433,7 +433,7 @@ class GroupEngine(PacketIntake, MembershipEnding, ReformationSide):
             while True:
                 q.advance()
                 if ordering.deliver_ts <= q.contig:
-                    self.delivery.total(now)
+                    self.deliverer.total(now)
                 accepted = self.rotation.try_accept(now) if token.accept_target is not None else None
                 if not token.have_token:
                     break

@@ -42,7 +42,7 @@ class DeliversTotalOnReceipt(GroupEngine):
         fresh = packet.qos.level == Level.TOTAL and not self.ordering.delivered(packet.src, packet.seq)
         super().on_data(packet, now)
         if fresh:
-            self.delivery.deliver(packet, None, now, holders=1)
+            self.deliverer.deliver(packet, None, now, holders=1)
 
 
 class DeliversDuplicates(GroupEngine):
@@ -50,7 +50,7 @@ class DeliversDuplicates(GroupEngine):
 
     def on_data(self, packet: Data, now: float) -> None:
         if packet.qos.level == Level.UNORDERED and self.ordering.delivered(packet.src, packet.seq):
-            self.delivery.deliver(packet, None, now, holders=1)
+            self.deliverer.deliver(packet, None, now, holders=1)
             return
         super().on_data(packet, now)
 
@@ -69,12 +69,12 @@ class SourceOrderOnReceipt(GroupEngine):
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self.delivery.source_chain = self._on_receipt  # type: ignore[method-assign]
+        self.deliverer.source_chain = self._on_receipt  # type: ignore[method-assign]
 
     def _on_receipt(self, src: str, now: float) -> None:
         for (s, seq), packet in list(self.ordering.data.items()):
             if s == src and packet.qos.level == Level.SOURCE and not self.ordering.delivered(s, seq):
-                self.delivery.deliver(packet, None, now, holders=1)
+                self.deliverer.deliver(packet, None, now, holders=1)
 
 
 class EveryoneHoldsTheToken(GroupEngine):
@@ -90,7 +90,7 @@ class SkipsOneMessage(GroupEngine):
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        deliver = self.delivery.deliver
+        deliver = self.deliverer.deliver
 
         def skipping(packet: Data, ts: int | None, now: float, holders: int, need: int = 1) -> None:
             if ts == 5 and self.pid == self.views.current.members[1]:
@@ -98,7 +98,7 @@ class SkipsOneMessage(GroupEngine):
                 return
             deliver(packet, ts, now, holders, need)
 
-        self.delivery.deliver = skipping  # type: ignore[method-assign]
+        self.deliverer.deliver = skipping  # type: ignore[method-assign]
 
 
 class CorruptsPayloads(GroupEngine):
@@ -106,14 +106,14 @@ class CorruptsPayloads(GroupEngine):
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        deliver = self.delivery.deliver
+        deliver = self.deliverer.deliver
 
         def corrupting(packet: Data, ts: int | None, now: float, holders: int, need: int = 1) -> None:
             if packet.src != self.pid:
                 packet = Data(packet.view, packet.src, packet.seq, packet.qos, packet.handler, packet.payload + b"!")
             deliver(packet, ts, now, holders, need)
 
-        self.delivery.deliver = corrupting  # type: ignore[method-assign]
+        self.deliverer.deliver = corrupting  # type: ignore[method-assign]
 
 
 def _grant_held_locks(view: View, request: ListChangeRequest, token_site: ProcessId) -> Change:

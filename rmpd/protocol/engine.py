@@ -13,15 +13,19 @@ orders, which is how resilient packets know when they may be delivered and how s
 
 The parts, each owning its state (docs/architecture.md):
 
+- ``Views`` (views.py): the view ordered in, the view the application saw, and every view heard of;
 - ``Ordering`` (ordering.py): the DataList, the OrderingQ, reassembly and the delivery cursors;
+- ``Deliverer`` (delivery.py): handing packets to the application along the delivery cursors;
 - ``Holdings`` (stability.py): what each member is known to hold, for resilient delivery and freeing slots;
 - ``Token`` (token.py): holding, passing and accepting the token;
+- ``Rotation`` (rotation.py): what ACKs and New Lists do, and the token site's moves;
 - ``Repair`` (repair.py): NACKs, gaps, hints and stalls, and answering NACKs;
 - ``Sender`` (sender.py): the send queue, packing, fragments, the window, retransmission;
 - ``ViewChanges`` (viewchange.py): membership requests, New Lists, join admission, leaving;
 - ``Reformation`` (reformation.py): suspecting failures and reforming the view;
 - ``CallRelay`` (relay.py): non-members' calls;
 - ``Liveness`` (liveness.py): Alives, silent members, and merging with another view of the group;
+- ``Departure`` (departure.py): out of the group, finished, lingering, and whether the process rejoins;
 - ``Outbox`` (outbox.py): what goes out; ``TimerRegistry`` (timers.py): every timer, in firing order.
 
 This module holds what crosses parts: building and wiring them, application requests, the timers' handlers,

@@ -57,10 +57,10 @@ class Told(Enum):
 TOLD: dict[type[engine.Event], Told] = {
     engine.Delivered: Told.DELIVERIES,
     engine.ViewInstalled: Told.VIEW,
-    engine.Undelivered: Told.UNDELIVERED,
+    engine.UndeliveredSends: Told.UNDELIVERED,
     engine.Left: Told.ENDED,
     engine.JoinFailed: Told.ENDED,
-    engine.CallRequest: Told.CALL,
+    engine.CallToAnswer: Told.CALL,
     engine.LockResult: Told.LOCK_ANSWER,
     engine.CallAnswered: Told.CALL_ANSWER,
     engine.SendRefused: Told.NOTHING,

@@ -24,10 +24,17 @@ from rmpd.keyfile import load_key_file
 from rmpd.localapi import BAD_REQUEST, DEFAULT_MIN_PARTITION, parse_min_partition
 from rmpd.protocol.calls import CALL_ERRORS, CALL_GRACE, DEFAULT_CALL_TIMEOUT
 from rmpd.protocol.config import EngineConfig
-from rmpd.protocol.events import CallAnswered, Delivered, JoinFailed, Left, LockResult, ViewInstalled
-from rmpd.protocol.events import CallRequest as EngineCallRequest
+from rmpd.protocol.events import (
+    CallAnswered,
+    CallToAnswer,
+    Delivered,
+    JoinFailed,
+    Left,
+    LockResult,
+    UndeliveredSends,
+    ViewInstalled,
+)
 from rmpd.protocol.events import Event as EngineEvent
-from rmpd.protocol.events import Undelivered as EngineUndelivered
 from rmpd.protocol.ids import view_name
 from rmpd.protocol.limits import BadArgument, check_message_size
 from rmpd.protocol.naming import DEFAULT_RANGE
@@ -417,10 +424,10 @@ class Node:
         if self._app is not None:
             self._app.view_installed(event)
 
-    def _undelivered(self, event: EngineUndelivered) -> None:
+    def _undelivered(self, event: UndeliveredSends) -> None:
         self._report_undelivered(event.group, event.reason, event)
 
-    def _report_undelivered(self, name: str, reason: str, named: EngineUndelivered | None = None) -> None:
+    def _report_undelivered(self, name: str, reason: str, named: UndeliveredSends | None = None) -> None:
         """The membership of ``name`` ended: the program's messages not delivered here, in one event (``named`` by
         the engine as never ordered, or ordered and not delivered here yet)."""
         per_sender, unclaimed = self._own.ended(name, named)
@@ -454,7 +461,7 @@ class Node:
             if joined is not None:
                 joined[1].end(None if end.asked else error)
 
-    def _call_request(self, event: EngineCallRequest) -> None:
+    def _call_request(self, event: CallToAnswer) -> None:
         joined = self._groups.get(event.group)
         if joined is not None:
             joined[1].call(CallRequest(event.payload, event.caller, event.conn, event.stamp, event.handler,

@@ -9,7 +9,7 @@ from typing import Any
 
 from rmpd import localapi
 from rmpd.localapi import Request, RequestError
-from rmpd.protocol.events import CallAnswered, CallRequest
+from rmpd.protocol.events import CallAnswered, CallToAnswer
 from rmpd.told import call_failure
 
 from .locks import LockOwners
@@ -53,7 +53,7 @@ class CallWaiters:
             self.stats[f"calls_failed_{event.error}"] += 1
             client.push(localapi.error_reply(rid, *failure))
 
-    def requested(self, event: CallRequest) -> None:
+    def requested(self, event: CallToAnswer) -> None:
         """Hand a call to the local client holding its handler lock; without one nobody here can answer."""
         owner = self.locks.client_of(event.group, event.handler)
         if owner is None:

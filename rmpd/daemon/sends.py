@@ -13,7 +13,7 @@ from typing import Any
 
 from rmpd import localapi
 from rmpd.localapi import Request, RequestError
-from rmpd.protocol.events import Delivered, Undelivered
+from rmpd.protocol.events import Delivered, UndeliveredSends
 from rmpd.runtime.adapter import OwnMessages
 
 from .ports import Outlet, Runtime
@@ -65,7 +65,7 @@ class Sends:
         """One of this process's own packets was delivered here: its messages are no longer owed to anyone."""
         self.own.delivered(event.group, event.seq, event.qos)
 
-    def ended(self, group: str, reason: str, named: Undelivered | None, attached: Collection[Outlet]) -> None:
+    def ended(self, group: str, reason: str, named: UndeliveredSends | None, attached: Collection[Outlet]) -> None:
         """The membership of ``group`` ended: tell each client attached to it which of the messages it sent were
         not delivered here (``named`` by the engine as never ordered, or ordered and not delivered here yet)."""
         per_client, unclaimed = self.own.ended(group, named)

@@ -33,7 +33,7 @@ from rmpd import localapi
 from rmpd.localapi import Request, RequestError, parse_request
 from rmpd.protocol.events import (
     CallAnswered,
-    CallRequest,
+    CallToAnswer,
     Delivered,
     Event,
     JoinFailed,
@@ -42,7 +42,7 @@ from rmpd.protocol.events import (
     SendRefused,
     StatusAsked,
     StatusGathered,
-    Undelivered,
+    UndeliveredSends,
     ViewInstalled,
 )
 from rmpd.protocol.limits import BadArgument
@@ -139,9 +139,10 @@ class Translator:
         """The handler of each operation of the local API (localapi.OPS)."""
         self._events: dict[type, Callable[[Any], None]] = {
             ViewInstalled: self._view_installed, LockResult: self.locks.result,
-            CallAnswered: self.calls.answered, CallRequest: self.calls.requested,
+            CallAnswered: self.calls.answered, CallToAnswer: self.calls.requested,
             StatusAsked: self.gatherer.asked, StatusGathered: self.gatherer.gathered,
-            Left: self._gone, JoinFailed: self._gone, Undelivered: self._undelivered, SendRefused: self._send_refused,
+            Left: self._gone, JoinFailed: self._gone, UndeliveredSends: self._undelivered,
+            SendRefused: self._send_refused,
         }
         """The handler of each engine event but ``Delivered`` (gathered per drain, see :meth:`handle_events`)."""
 
@@ -393,7 +394,7 @@ class Translator:
         self.app.view_installed(event)
         self.locks.view_installed(event)
 
-    def _undelivered(self, event: Undelivered) -> None:
+    def _undelivered(self, event: UndeliveredSends) -> None:
         self.stats["undelivered"] += len(event.seqs)
         log.warning("%d message(s) of %s not delivered here (%s): seqs %s", len(event.seqs), event.group,
                     event.reason, ", ".join(map(str, event.seqs[:20])))

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import TYPE_CHECKING
 
-from .events import Undelivered
+from .events import UndeliveredSends
 from .ids import ViewId
 from .membership import Op
 
@@ -81,9 +81,9 @@ class MembershipEnding:
 
     def stop(self, now: float, reason: str) -> None:
         """Leave the group after a failure this process cannot repair; its process joins again, as new, once it
-        hears the group (``Left.rejoining``).  Own messages not yet ordered are reported (``Undelivered``): this
+        hears the group (``Left.rejoining``).  Own messages not yet ordered are reported (``UndeliveredSends``): this
         member will not see them delivered.  Nobody will ask a stopped member for anything: no need to linger."""
         unordered = self.sender.unordered_seqs()
         if unordered:
-            self.outbox.event(Undelivered(self.group, unordered, reason))
+            self.outbox.event(UndeliveredSends(self.group, unordered, reason))
         self.departure.cut_short(now, reason)

@@ -336,7 +336,7 @@ class GroupEngine(PacketIntake, MembershipEnding, ReformationSide):
         self._progress(now)
 
     def reply(self, caller: ProcessId, conn: int, stamp: int, payload: bytes, now: float) -> bool:
-        """The application's answer to a ``CallRequest`` (``CallRelay.reply``)."""
+        """The application's answer to a ``CallToAnswer`` (``CallRelay.reply``)."""
         return self.relay.reply(caller, conn, stamp, payload, now)
 
     def reply_acked(self, packet: NonMemberAck) -> None:

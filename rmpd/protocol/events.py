@@ -114,7 +114,7 @@ class Left:
 
 
 @dataclass(frozen=True, slots=True)
-class Undelivered:
+class UndeliveredSends:
     """Own messages this member will not see delivered: its membership stopped before they were ordered.  ``seqs``
     are the sequence numbers ``send`` returned; the members that went on without this one may still have ordered
     those that reached them before it was cut off (docs/protocol.md, "Nothing lost in silence")."""
@@ -133,7 +133,7 @@ class JoinFailed:
 
 
 @dataclass(frozen=True, slots=True)
-class CallRequest:
+class CallToAnswer:
     """A non-member's call, accepted as new, for this member to answer (it holds the call's handler lock).
 
     Answer with ``reply(group, caller, conn, stamp, payload)``; the reply is kept for copies of the call.
@@ -181,5 +181,5 @@ class StatusGathered:
     reports: tuple[tuple[ProcessId, bytes], ...]
 
 
-Event = (Delivered | ViewInstalled | SendRefused | LockResult | Left | Undelivered | JoinFailed | CallRequest
+Event = (Delivered | ViewInstalled | SendRefused | LockResult | Left | UndeliveredSends | JoinFailed | CallToAnswer
          | CallAnswered | StatusAsked | StatusGathered)

@@ -154,7 +154,7 @@ class RmpProcess(PacketRouting, Joining):
         self.caller.cancel(call_id)
 
     def reply(self, group: str, caller: ProcessId, conn: int, stamp: int, payload: bytes, now: float) -> bool:
-        """Answer a :class:`CallRequest` this process received."""
+        """Answer a :class:`CallToAnswer` this process received."""
         ok = self._engine(group).reply(caller, conn, stamp, payload, now)
         self._collect(now)
         return ok

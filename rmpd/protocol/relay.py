@@ -12,7 +12,7 @@ from typing import Any
 from rmpd.scmp.filter import Verdict
 
 from .context import GroupContext
-from .events import CallRequest, Delivered
+from .events import CallToAnswer, Delivered
 from .fieldkinds import RELAYED_TAG, CallStatus, Relayed
 from .ids import ProcessId
 from .limits import check_one_packet
@@ -121,7 +121,7 @@ class CallRelay:
                                         (call.payload,)))
             delivered = (call.payload,)
         elif accepted and holder == self.pid:
-            self.outbox.event(CallRequest(self.group, call.caller, call.conn, call.stamp, handler or 0,
+            self.outbox.event(CallToAnswer(self.group, call.caller, call.conn, call.stamp, handler or 0,
                                           call.payload, view.view_id))
         if answer is not None and (holder is not None or answer.status is not CallStatus.ACK
                                    or call.flags & NonMemberData.FLAG_ACK):
@@ -139,7 +139,7 @@ class CallRelay:
                      reply, now)
 
     def reply(self, caller: ProcessId, conn: int, stamp: int, payload: bytes, now: float) -> bool:
-        """The application's answer to a :class:`CallRequest`; kept for copies of the call.  False when the call
+        """The application's answer to a :class:`CallToAnswer`; kept for copies of the call.  False when the call
         is no longer this member's to answer.  MessageTooLarge, before anything is kept, for a reply over one
         packet: a kept reply is sent again for every copy of the call."""
         check_one_packet(self.config, payload, "a reply")

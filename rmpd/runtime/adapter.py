@@ -22,7 +22,7 @@ from typing import Any, Generic, Protocol, TypeVar
 
 import trio
 
-from rmpd.protocol.events import JoinFailed, Left, LockResult, Undelivered, ViewInstalled
+from rmpd.protocol.events import JoinFailed, Left, LockResult, UndeliveredSends, ViewInstalled
 from rmpd.protocol.qos import Level, QoS
 from rmpd.protocol.view import View
 from rmpd.wire.sealing import ENCRYPTION_MISMATCH, UNKNOWN_KEY, UNSIGNED, UNVERIFIABLE
@@ -279,7 +279,7 @@ class OwnMessages(Generic[S]):
     here: when the membership ends first, each sender is told its own (docs/protocol.md, "Nothing lost in
     silence").
 
-    The engine's ``Undelivered`` names the process's messages not yet ordered; a daemon has many clients, and the
+    The engine's ``UndeliveredSends`` names the process's messages not yet ordered; a daemon has many clients, and the
     numbers alone do not say whose they are, so the sender of each is kept here.  A message delivered here is
     forgotten (it was not lost, and a busy sender must not grow this).  What is still kept when the membership ends
     was ordered but not delivered here (a safe message not yet stable, say): the sender will not see it here
@@ -310,7 +310,7 @@ class OwnMessages(Generic[S]):
         if table and qos.level != Level.UNRELIABLE:
             table.pop(seq, None)
 
-    def ended(self, group: str, named: Undelivered | None = None) -> tuple[dict[S, tuple[int, ...]], int]:
+    def ended(self, group: str, named: UndeliveredSends | None = None) -> tuple[dict[S, tuple[int, ...]], int]:
         """The membership of ``group`` ended (``named``: the engine's report of what it had not ordered): per
         sender, its messages not delivered here, in order; and how many of the named numbers no sender here waits
         for (a relayed call, a sender gone, a message of unordered or source QoS delivered here as it went out)."""

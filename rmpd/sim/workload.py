@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ..protocol.events import CallAnswered, CallRequest
+from ..protocol.events import CallAnswered, CallToAnswer
 from ..protocol.limits import MessageTooLarge
 from ..protocol.process import NotMember
 from ..protocol.qos import Level, QoS
@@ -146,7 +146,7 @@ class Workload:
         assert proc is not None
         checker = self.checker
         for event in events:
-            if isinstance(event, CallRequest):
+            if isinstance(event, CallToAnswer):
                 key = event.payload
                 self.calls_run[key] += 1
                 if self.calls_run[key] > 1:

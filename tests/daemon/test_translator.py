@@ -21,12 +21,12 @@ from rmpd.daemon.translator import Translator
 from rmpd.protocol.config import EngineConfig
 from rmpd.protocol.events import (
     CallAnswered,
-    CallRequest,
+    CallToAnswer,
     Delivered,
     JoinFailed,
     Left,
     LockResult,
-    Undelivered,
+    UndeliveredSends,
     ViewInstalled,
 )
 from rmpd.protocol.ids import ViewId
@@ -396,7 +396,7 @@ def test_a_call_is_answered_or_fails_with_its_code(hub: Translator, process: Pro
 def test_a_groups_call_goes_to_the_client_holding_its_handler_lock(hub: Translator, process: Process) -> None:
     owner, other = connect(hub), connect(hub)
     joined(hub, process, "g", owner, other)
-    call = CallRequest("g", PEER, 7, 1234, 4, b"work", ViewId(ME, 1))
+    call = CallToAnswer("g", PEER, 7, 1234, 4, b"work", ViewId(ME, 1))
     hub.handle_events([call])
     assert hub.stats["requests_unserved"] == 1
     hub.handle(owner, {"op": "lock", "id": 1, "group": "g", "lock": 4})
@@ -433,7 +433,7 @@ def test_a_membership_that_ends_by_itself_tells_each_client_its_own_messages(hub
     for client in (first, second):
         client.take()
     del process.views["g"]
-    hub.handle_events([Undelivered("g", (1, 2), "cut off"), Left("g", "cut off", rejoining=True)])
+    hub.handle_events([UndeliveredSends("g", (1, 2), "cut off"), Left("g", "cut off", rejoining=True)])
     first_frames, second_frames = first.take(), second.take()
     assert first_frames[0] == {"event": "undelivered", "group": "g", "seqs": [1], "reason": "cut off"}
     assert second_frames[0] == {"event": "undelivered", "group": "g", "seqs": [2], "reason": "cut off"}

@@ -23,7 +23,7 @@ from rmpd import localapi
 from rmpd.client.events import deliveries_of
 from rmpd.client.group import EVENT_BUFFER, GroupInbox
 from rmpd.localapi import FrameError, FrameReader, encode_frame
-from rmpd.protocol.events import Undelivered as EngineUndelivered
+from rmpd.protocol.events import UndeliveredSends
 from rmpd.protocol.qos import QoS
 from rmpd.runtime.adapter import OwnMessages
 
@@ -81,7 +81,7 @@ def test_each_sender_is_told_only_the_numbers_it_was_given_and_not_delivered_her
     own.delivered("g", 1, QoS.TOTAL)
     own.delivered("g", 2, QoS.UNRELIABLE)  # c2's unreliable message 2 is not c1's reliable 2
     assert own.held("g") == 3
-    per_sender, unclaimed = own.ended("g", EngineUndelivered("g", (3, 4, 5), "cut off"))
+    per_sender, unclaimed = own.ended("g", UndeliveredSends("g", (3, 4, 5), "cut off"))
     assert per_sender == {"c1": (2, 3), "c2": (3, 4)}  # 2 was ordered and not delivered here: reported too
     assert unclaimed == 1  # 5: a non-member's call this member relayed, say
     assert own.held("g") == 0 and own.held("h") == 1

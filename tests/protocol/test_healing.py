@@ -6,7 +6,7 @@ from __future__ import annotations
 import random
 
 from rmpd.protocol.config import EngineConfig
-from rmpd.protocol.events import Left, Undelivered
+from rmpd.protocol.events import Left, UndeliveredSends
 from rmpd.protocol.ids import ViewId
 from rmpd.protocol.packets import Data, NewList
 from rmpd.protocol.process import RmpProcess
@@ -153,7 +153,7 @@ def test_a_member_cut_off_stops_reports_its_unordered_messages_and_rejoins_after
     assert stopped is not None
     left = next(e for e in net.events[cut] if isinstance(e, Left))
     assert left.rejoining and "minimum" in left.reason
-    reported = [e for e in net.events[cut] if isinstance(e, Undelivered)]
+    reported = [e for e in net.events[cut] if isinstance(e, UndeliveredSends)]
     assert reported and reported[0].seqs, "the message the cut left unordered was reported"
     assert one_view(net, [0, 1])
     net.drop = lambda src, dst, p: False

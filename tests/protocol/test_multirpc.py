@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from rmpd.protocol.calls import NO_HANDLER_GRACE
-from rmpd.protocol.events import CallAnswered, CallRequest, messages_of
+from rmpd.protocol.events import CallAnswered, CallToAnswer, messages_of
 from rmpd.protocol.packets import CallStatus, NonMemberAck, NonMemberData, encode
 from rmpd.protocol.qos import QoS
 
@@ -26,9 +26,9 @@ def group_with_server(dup: int = 1) -> Net:
     return net
 
 
-def serve(net: Net, i: int) -> list[CallRequest]:
+def serve(net: Net, i: int) -> list[CallToAnswer]:
     """Answer every call request member ``i`` got with its payload upper-cased."""
-    requests = net.of_type(i, CallRequest)
+    requests = net.of_type(i, CallToAnswer)
     for r in requests:
         net.do(i, lambda p, now, r=r: p.reply("g", r.caller, r.conn, r.stamp, r.payload.upper(), now))
     return requests
@@ -41,7 +41,7 @@ def test_call_duplicated_five_times_runs_once_and_gets_one_reply() -> None:
     requests = serve(net, 1)
     net.advance(1.0)
     assert [r.payload for r in requests] == [b"hello"]
-    assert all(not net.of_type(i, CallRequest) for i in (0, 2)), "only the handler's holder runs calls"
+    assert all(not net.of_type(i, CallToAnswer) for i in (0, 2)), "only the handler's holder runs calls"
     answers = net.of_type(CALLER, CallAnswered)
     assert [(a.call_id, a.reply, a.error) for a in answers] == [(call_id, b"HELLO", None)]
     # Every member's filter saw every relayed copy in the same order and decided alike.
@@ -82,7 +82,7 @@ def test_copies_after_the_reply_get_the_stored_reply_not_a_second_run() -> None:
     assert lost_reply_acks, "the caller acknowledged the reply"
     replay(net, first_call(sent))
     net.advance(0.5)
-    assert len(net.of_type(1, CallRequest)) == 1
+    assert len(net.of_type(1, CallToAnswer)) == 1
     assert net[1].engines["g"].stats["call_answer_reply"] == 2, "the stored reply went out again"
 
 
@@ -96,7 +96,7 @@ def test_copies_after_the_reply_ack_are_refused_as_unknown() -> None:
     net.advance(0.5)
     replay(net, first_call(sent))
     net.advance(0.5)
-    assert len(net.of_type(1, CallRequest)) == 1
+    assert len(net.of_type(1, CallToAnswer)) == 1
     assert net[1].engines["g"].stats["call_answer_unknown"] == 1
 
 
@@ -142,7 +142,7 @@ def test_a_fresh_member_refuses_calls_stamped_before_it_started() -> None:
     net.drop = lambda src, dst, p: isinstance(p, NonMemberAck) and bool(answers.append(p))
     replay(net, early)
     net.advance(0.5)
-    assert not net.of_type(0, CallRequest)
+    assert not net.of_type(0, CallToAnswer)
     assert [a.status for a in answers] == [CallStatus.UNKNOWN]
 
 
@@ -156,8 +156,8 @@ def test_a_caller_new_to_a_fresh_group_probes_then_stamps_its_call_above_the_flo
     net.do(0, lambda p, now: p.lock("g", 0, now))
     floor = net[0].engines["g"].relay.calls.floor()
     assert floor > 1_700_000_000_000 + 1500, "the fresh group refuses what was stamped before it formed"
-    net.advance_until(lambda: bool(net.of_type(0, CallRequest)), 4.0)
-    [request] = net.of_type(0, CallRequest)
+    net.advance_until(lambda: bool(net.of_type(0, CallToAnswer)), 4.0)
+    [request] = net.of_type(0, CallToAnswer)
     assert request.payload == b"early" and request.stamp > floor
     serve(net, 0)
     net.advance(0.3)

@@ -129,8 +129,5 @@ class Session:
     def queued(self) -> int:
         return self.queued_frames
 
-    def describe(self) -> dict[str, Any]:
-        return {"id": self.id, "queued": self.queued, "queued_bytes": self.queued_bytes, "dropped": self.dropped}
-
 
 __all__ = ["Session"]

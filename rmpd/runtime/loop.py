@@ -131,6 +131,7 @@ class ProcessLoop:
             async with trio.open_nursery() as nursery:
                 self._nursery = nursery
                 nursery.start_soon(self._receive_loop, self.sock, "unicast")
+                nursery.start_soon(self.routes.sender.flush_forever)
                 nursery.start_soon(self._timer_loop)
                 task_status.started()
         finally:

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from rmpd.protocol.events import Transmit
 from rmpd.protocol.ids import split_process_id
 from rmpd.protocol.naming import group_address
-from rmpd.protocol.packets import packet_type_of
+from rmpd.protocol.packets import PacketType, packet_type_of
 from rmpd.protocol.view import View
 from rmpd.wire.forwarding import unwrap, wrap
 
@@ -69,23 +69,24 @@ class GroupRoutes:
         kind = packet_type_of(tx.data)
         if kind is not None:
             self.sent_by_type[kind] += 1
+        bulk = kind == PacketType.DATA
         if tx.dest is None:
             if tx.group is None:
                 self.stats["transmit_without_group"] += 1
                 return
             via = self.group_via.get(tx.group, self.via)
             if via is not None:  # a member multicasts it for us
-                self.sender.send(wrap(tx.group, self.guard.seal(tx.data)), split_process_id(via))
+                self.sender.send(wrap(tx.group, self.guard.seal(tx.data)), split_process_id(via), bulk=bulk)
                 return
             self.sender.send(self.guard.seal(tx.data), group_address(tx.group, self.address_range),
-                             self.group_ttl.get(tx.group, self.default_ttl))
+                             self.group_ttl.get(tx.group, self.default_ttl), bulk=bulk)
             return
         try:
             address = split_process_id(tx.dest)
         except ValueError:
             self.stats["transmit_bad_dest"] += 1
             return
-        self.sender.send(self.guard.seal(tx.data), address)
+        self.sender.send(self.guard.seal(tx.data), address, bulk=bulk)
 
     def forward(self, data: bytes, source: str, forwarding_view: Callable[[str], View | None],
                 own: str) -> bytes | None:

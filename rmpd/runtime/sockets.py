@@ -10,10 +10,11 @@ buffer is counted as a drop, like any loss the protocol already recovers from) a
 
 from __future__ import annotations
 
+import errno
 import logging
 import socket
 import struct
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -63,25 +64,100 @@ def open_multicast(group_ip: str, port: int, interface_ip: str) -> socket.socket
     return _datagram_socket(setup)
 
 
+SEND_BACKLOG_BYTES = 16 * 1024 * 1024
+"""Bytes of datagrams the sender holds while its socket is full, at most: beyond it a datagram is dropped (counted
+``send_dropped``).  The engine's windows bound what it sends unacknowledged far below this, so only a socket that
+stays full for long (a link far slower than the windows allow for) ever reaches it."""
+
+RETRY_AFTER_NO_BUFFERS = 0.001
+"""Seconds to wait before sending again after ``ENOBUFS``: the socket reads as writable, so waiting for that would
+not wait at all."""
+
+
 class DatagramSender:
-    """Sends datagrams from the unicast socket, setting the multicast TTL per group; counts what fails."""
+    """Sends datagrams from the unicast socket, setting the multicast TTL per group; counts what fails.
+
+    A full socket (``EAGAIN``, or ``ENOBUFS`` from the interface's queue) is back-pressure, not loss: the datagram
+    waits here and :meth:`flush_forever` sends it once the socket takes more.  Control datagrams (anything but
+    data: the token's ACKs, NACKs, confirms, membership) wait in a queue of their own that goes first, and a control
+    datagram is tried at once even while data waits, so a saturated link never holds the ring's control traffic
+    behind bulk data in this process (what a member sends late looks, to the others, like a member that failed)."""
 
     def __init__(self, sock: socket.socket, stats: Counter[str]) -> None:
         self.sock = sock
         self.stats = stats
         self._ttl = sock.getsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_TTL)
+        self.waiting_control: deque[tuple[bytes, tuple[str, int], int | None]] = deque()
+        self.waiting_data: deque[tuple[bytes, tuple[str, int], int | None]] = deque()
+        self.waiting_bytes = 0
+        self._backlog = trio.Event()
+        """Set when something waits: :meth:`flush_forever` wakes on it."""
+        self._no_buffers = False
+        """The last send failed with ENOBUFS, which leaves the socket writable: wait a moment instead."""
 
-    def send(self, data: bytes, addr: tuple[str, int], ttl: int | None = None) -> None:
+    def send(self, data: bytes, addr: tuple[str, int], ttl: int | None = None, *, bulk: bool = False) -> None:
+        """Send ``data`` now, or queue it while the socket is full; ``bulk``: a data packet, which waits behind
+        control datagrams (and behind earlier data, so one sender's packets keep their order)."""
+        if bulk and (self.waiting_data or self.waiting_control):
+            self._wait(self.waiting_data, data, addr, ttl)
+            return
+        if not bulk and self.waiting_control:
+            self._wait(self.waiting_control, data, addr, ttl)
+            return
+        if not self._try(data, addr, ttl):
+            self._wait(self.waiting_data if bulk else self.waiting_control, data, addr, ttl)
+
+    def _try(self, data: bytes, addr: tuple[str, int], ttl: int | None) -> bool:
+        """Send one datagram; False when the socket is full (try again later).  Other errors are counted and the
+        datagram is given up, as a loss the protocol recovers from."""
         try:
             if ttl is not None and ttl != self._ttl:
                 self.sock.setsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_TTL, ttl)
                 self._ttl = ttl
             self.sock.sendto(data, addr)
-            self.stats["datagrams_sent"] += 1
         except BlockingIOError:
-            self.stats["send_dropped"] += 1
-        except OSError:
+            return False
+        except OSError as exc:
+            if exc.errno == errno.ENOBUFS:
+                self._no_buffers = True
+                return False
             self.stats["send_errors"] += 1
+            return True
+        self.stats["datagrams_sent"] += 1
+        return True
+
+    def _wait(self, queue: deque[tuple[bytes, tuple[str, int], int | None]], data: bytes, addr: tuple[str, int],
+              ttl: int | None) -> None:
+        if self.waiting_bytes + len(data) > SEND_BACKLOG_BYTES:
+            self.stats["send_dropped"] += 1
+            return
+        queue.append((data, addr, ttl))
+        self.waiting_bytes += len(data)
+        self.stats["send_deferred"] += 1
+        self._backlog.set()
+
+    def flush(self) -> bool:
+        """Send what waits, control first, while the socket takes it; True when nothing waits any more."""
+        for queue in (self.waiting_control, self.waiting_data):
+            while queue:
+                data, addr, ttl = queue[0]
+                if not self._try(data, addr, ttl):
+                    return False
+                queue.popleft()
+                self.waiting_bytes -= len(data)
+        return True
+
+    async def flush_forever(self) -> None:
+        """Send waiting datagrams whenever the socket can take them (run in the process loop's nursery)."""
+        while True:
+            await self._backlog.wait()
+            while not self.flush():
+                if self._no_buffers:
+                    self._no_buffers = False
+                    await trio.sleep(RETRY_AFTER_NO_BUFFERS)
+                else:
+                    await trio.lowlevel.wait_writable(self.sock)
+            self._backlog = trio.Event()
 
 
 @dataclass

@@ -11,6 +11,8 @@ Roles:
   member                 rmpd goodput through the client library (``--socket``) or an embedded node (``--embedded``):
                          sends (``--send``) and/or counts deliveries (``--count``)
   ping / pong            latency at light load: one message out, the answer back, one at a time
+  transfer               a transfer of a given size (the RMP paper's section 5 test): sends ``--send-count``
+                         messages from BEGIN, and/or reads until ``--expect`` deliveries arrived or END passed
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ import rmpd
 from rmpd.client.group import Group
 from rmpd.protocol.config import EngineConfig
 from rmpd.protocol.qos import QoS
-from rmpd.runtime.net import max_packet_for
+from rmpd.runtime.net import packet_limits_for
 from rmpd.runtime.sockets import MAX_DATAGRAM, open_multicast, open_unicast
 
 RAW_BATCH = 64
@@ -107,7 +109,7 @@ async def joined(args: argparse.Namespace) -> AsyncIterator[Group]:
     """Join the group through the local daemon, or as an embedded node of its own."""
     if args.embedded:
         config = EngineConfig(request_interval=JOIN_INTERVAL, join_retries=JOIN_RETRIES,
-                              max_packet=max_packet_for(args.bind))
+                              **packet_limits_for(args.bind))
         async with rmpd.Node(bind=args.bind, port=0, auth_key=args.auth_key, encrypt=args.encrypt,
                              config=config) as node:
             group = await node.join(args.group)
@@ -207,7 +209,70 @@ async def pong(args: argparse.Namespace) -> None:
     emit({"done": True})
 
 
-ROLES = {"raw-send": raw_send, "raw-recv": raw_recv, "member": member, "ping": ping, "pong": pong}
+async def transfer(args: argparse.Namespace) -> None:
+    """One member of a transfer: a sender posts ``--send-count`` messages from BEGIN as fast as the group takes
+    them; a destination counts deliveries until it has ``--expect`` of them, or END (the bench's deadline) passed.
+
+    A destination's result line comes when it is done: ``received`` and the wall-clock times of its first and last
+    delivery.  A sender's comes once the group accepted all it posted (``sent``, ``first_send``, ``send_done``,
+    ``undelivered``); it stays in the group, reading, until its stdin closes, so that its leaving is no part of
+    the transfer."""
+    qos = QoS.parse(args.qos)
+    payload = b"x" * args.size
+    async with joined(args) as group:
+        await wait_members(group, args.members)
+        emit({"ready": True})
+        begin, end = await wait_for_window()
+        await trio.sleep(max(0.0, begin - time.time()))
+        received = undelivered = sent = 0
+        reported = False
+        first_send = first_delivery = last_delivery = None
+        done = trio.Event()
+
+        def sender_result() -> dict[str, Any]:
+            return {"sent": sent, "complete": sent == args.send_count, "first_send": first_send,
+                    "send_done": time.time(), "undelivered": undelivered}
+
+        async def sender() -> None:
+            nonlocal sent, first_send, reported
+            first_send = time.time()
+            while sent < args.send_count:
+                await group.post(payload, qos=qos)
+                sent += 1
+            await group.flush()
+            emit(sender_result())
+            reported = True
+            await trio.to_thread.run_sync(sys.stdin.read, abandon_on_cancel=True)  # until the bench closes it
+            done.set()
+
+        async def reader() -> None:
+            nonlocal received, undelivered, first_delivery, last_delivery
+            async for batch in group.batches():
+                n = list(map(type, batch)).count(rmpd.Delivery)
+                if n:
+                    received += n
+                    last_delivery = time.time()
+                    first_delivery = first_delivery or last_delivery
+                    if args.expect and received >= args.expect:
+                        done.set()
+                undelivered += sum(len(e.seqs) for e in batch if isinstance(e, rmpd.Undelivered))
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(reader)
+            if args.send_count:
+                nursery.start_soon(sender)
+            with trio.move_on_at(trio.current_time() + (end - time.time())):
+                await done.wait()
+            nursery.cancel_scope.cancel()
+    if args.send_count and not reported:  # the deadline came first: what was sent by then
+        emit(sender_result())
+    if args.expect:
+        emit({"received": received, "complete": received >= args.expect, "first_delivery": first_delivery,
+              "last_delivery": last_delivery})
+
+
+ROLES = {"raw-send": raw_send, "raw-recv": raw_recv, "member": member, "ping": ping, "pong": pong,
+         "transfer": transfer}
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -224,6 +289,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--port", type=int, default=0, help="multicast port (raw roles)")
     parser.add_argument("--send", action="store_true", help="member: send as fast as the group takes messages")
     parser.add_argument("--count", action="store_true", help="member: count deliveries inside the window")
+    parser.add_argument("--send-count", type=int, default=0, help="transfer: messages to send")
+    parser.add_argument("--expect", type=int, default=0, help="transfer: deliveries to wait for")
     parser.add_argument("--auth-key", help="group key file (--embedded)")
     parser.add_argument("--encrypt", action="store_true", help="encrypt bodies too (--embedded)")
     args = parser.parse_args(argv)

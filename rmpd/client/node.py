@@ -45,7 +45,7 @@ from rmpd.runtime.adapter import JoinEnd, LockRequests, OwnMessages, ProcessAdap
 from rmpd.runtime.auth import DatagramGuard
 from rmpd.runtime.journal import FlushingJournal
 from rmpd.runtime.loop import ProcessLoop
-from rmpd.runtime.net import interface_address, loopback_interface, max_packet_for
+from rmpd.runtime.net import interface_address, loopback_interface, packet_limits_for
 from rmpd.told import JOIN_END_CODES, TOLD, Told, call_failure, ending, lock_refusal, view_of
 
 from .backend import Participant
@@ -113,7 +113,7 @@ class Node:
         self._multicast = multicast
         self._via = via
         self._journal = Path(journal) if journal is not None else None
-        self._config = config or EngineConfig(journal=journal is not None, max_packet=max_packet_for(self._ip))
+        self._config = config or EngineConfig(journal=journal is not None, **packet_limits_for(self._ip))
         self._loop: ProcessLoop | None = None
         self._nursery_manager: trio.Nursery | None = None
         self._groups: dict[str, tuple[Group, GroupInbox]] = {}

@@ -26,7 +26,7 @@ from rmpd.protocol.ids import split_process_id
 from rmpd.protocol.multirpc import ScmpSettings
 from rmpd.protocol.naming import DEFAULT_RANGE
 from rmpd.runtime.auth import DatagramGuard
-from rmpd.runtime.net import ConfigError, interface_address, loopback_interface, max_packet_for
+from rmpd.runtime.net import ConfigError, interface_address, loopback_interface, packet_limits_for
 from rmpd.wire.sealing import AuthKeyError
 
 from .memberships import Membership, parse_memberships
@@ -169,10 +169,10 @@ class DaemonConfig:
 
     def engine_config(self) -> EngineConfig:
         try:
-            max_packet = max_packet_for(self.address())
+            packet_limits = packet_limits_for(self.address())
         except ConfigError:  # no such interface: the daemon says so when it binds
-            max_packet = EngineConfig.max_packet
-        defaults = {**DAEMON_TIMERS, "max_packet": max_packet}
+            packet_limits = {}
+        defaults = {**DAEMON_TIMERS, **packet_limits}
         return EngineConfig(journal=self.journal is not None, **{**defaults, **self.timers})
 
     def address(self) -> str:

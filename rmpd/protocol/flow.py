@@ -14,6 +14,7 @@ as in TCP), so that a loaded ring does not look like a lossy one; samples are ta
 
 from __future__ import annotations
 
+import math
 from abc import ABC, abstractmethod
 from collections import deque
 from collections.abc import Callable
@@ -21,6 +22,10 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from .config import EngineConfig
+
+
+DelaySample = tuple[str, float]
+"""(the site whose ACK ordered a packet of ours, seconds from the packet's only transmission to that ACK)."""
 
 
 class RttEstimator:
@@ -73,8 +78,9 @@ class CongestionControl(ABC):
     def sent(self, size: int) -> None: ...
 
     @abstractmethod
-    def ordered(self, size: int) -> None:
-        """The first ACK ordering one of our packets."""
+    def ordered(self, size: int, now: float, sample: DelaySample | None) -> None:
+        """The first ACK ordering one of our packets; ``sample``: which site ordered it and how long after it was
+        first sent (None: ordered here, or sent more than once)."""
 
     @abstractmethod
     def congested(self, now: float, round_trip: float) -> bool:
@@ -123,7 +129,7 @@ class SendWindow(CongestionControl):
     def sent(self, size: int) -> None:
         self.in_flight += size
 
-    def ordered(self, size: int) -> None:
+    def ordered(self, size: int, now: float, sample: DelaySample | None) -> None:
         """The first ACK ordering one of our packets: its bytes leave the window, which grows."""
         self.in_flight = max(0, self.in_flight - size)
         if self.window < self.threshold:
@@ -161,7 +167,7 @@ class FixedWindow(SendWindow):
         super().__init__(min_packet=min_packet, max_packet=max_packet, initial=max_window, max_window=max_window,
                          min_window=min_window)
 
-    def ordered(self, size: int) -> None:
+    def ordered(self, size: int, now: float, sample: DelaySample | None) -> None:
         self.in_flight = max(0, self.in_flight - size)
 
     def congested(self, now: float, round_trip: float) -> bool:
@@ -171,8 +177,150 @@ class FixedWindow(SendWindow):
         return False
 
 
-CONGESTION_CONTROLS: dict[str, Callable[..., CongestionControl]] = {"rmp": SendWindow, "fixed": FixedWindow}
-"""Congestion control by name: ``rmp`` is the paper's (section 4.6), ``fixed`` keeps the window at its ceiling."""
+class SiteDelay:
+    """Send-to-ordering delays of our packets ordered by one site: its base (the smallest in the last
+    ``DelayWindow.BASE_SPAN`` seconds, kept in two buckets so an old minimum ages out) and its current delay (the
+    smallest of its last few samples, so one late ACK is not read as a queue)."""
+
+    __slots__ = ("bucket_min", "bucket_start", "heard", "previous_min", "recent")
+
+    def __init__(self, now: float) -> None:
+        self.bucket_start = now
+        self.bucket_min = math.inf
+        self.previous_min = math.inf
+        self.recent: deque[float] = deque(maxlen=DelayWindow.RECENT)
+        self.heard = now
+
+    def add(self, now: float, delay: float) -> None:
+        if now - self.bucket_start >= DelayWindow.BASE_SPAN / 2:
+            self.previous_min, self.bucket_min, self.bucket_start = self.bucket_min, math.inf, now
+        self.bucket_min = min(self.bucket_min, delay)
+        self.recent.append(delay)
+        self.heard = now
+
+    @property
+    def base(self) -> float:
+        return min(self.bucket_min, self.previous_min)
+
+    @property
+    def current(self) -> float:
+        return min(self.recent)
+
+
+class DelayWindow(SendWindow):
+    """A window that finds the path's rate from queueing delay and holds a few packets in its queues.
+
+    A packet of ours is ordered once the token site has it, so its send-to-ordering delay is a round trip to that
+    site plus what waited in every queue on the way: the sender's socket and interface, the bottleneck link's queue,
+    the site's receive queue.  Each site's smallest delay is its base; the current delay above the base is queueing.
+    The slowest receiver governs: every site takes the token in turn, and the site with the most queueing sets the
+    window.  Once a round trip, FAST TCP's update moves the window half way to ``window * base / delay + alpha``:
+    it grows by ``alpha`` a round while nothing queues, and settles where about ``alpha`` bytes of ours wait in the
+    queues (``ALPHA_PACKETS`` packets), so a bulk transfer fills a link without filling its buffer, and a light
+    message behind it waits for a few packets, not for the buffer.
+
+    Loss is read with the queue (as TCP Veno does): a NACK for our packet while our packets queue is congestion
+    and halves the window; a NACK with no queue is random loss, which the repair answers, and takes an eighth off.
+    A retransmission timeout halves it either way.  Packets shrink with the window (figure 4.2), down to
+    ``min_packet``, the path's MTU where the runtime knows it."""
+
+    __slots__ = ("round_end", "sites", "starting")
+
+    ALPHA_PACKETS = 4
+    """Packets of ours the window aims to keep waiting in queues: enough that the link never idles."""
+    BASE_SPAN = 60.0
+    """Seconds a site's smallest delay stays its base: an old minimum must age out (routes change), but each time
+    one does while our packets queue, the queue is read a little shorter than it is."""
+    RECENT = 4
+    """A site's current delay is the smallest of its last this many samples."""
+    SITE_HORIZON = 2.0
+    """Only sites that ordered a packet of ours within this many seconds count (a member gone quiet or departed
+    does not hold the window down)."""
+    RANDOM_LOSS_CUT = 8
+    """A loss with no queue takes this fraction (1/n) off the window."""
+
+    def __init__(self, *, min_packet: int, max_packet: int, initial: int, max_window: int,
+                 min_window: int = 0) -> None:
+        super().__init__(min_packet=min_packet, max_packet=max_packet, initial=initial, max_window=max_window,
+                         min_window=min_window)
+        self.window = self.min_window
+        self.sites: dict[str, SiteDelay] = {}
+        self.round_end = -math.inf
+        self.starting = True
+        """Slow start: the window doubles a round until our packets first queue.  It starts at its floor, whatever
+        ``initial`` says, so the first delays measured are the path's own and not a queue the start made."""
+
+    @property
+    def alpha(self) -> int:
+        """Bytes of ours to keep queued: ALPHA_PACKETS of the smallest packets (a fixed amount: were it counted in
+        packets of the window's own size, a larger window would aim at a longer queue, and grow without end)."""
+        return self.ALPHA_PACKETS * self.min_packet
+
+    def ordered(self, size: int, now: float, sample: DelaySample | None) -> None:
+        self.in_flight = max(0, self.in_flight - size)
+        if sample is None:
+            return
+        site, delay = sample
+        record = self.sites.get(site)
+        if record is None:
+            record = self.sites[site] = SiteDelay(now)
+        record.add(now, delay)
+        if now >= self.round_end:
+            self._update(now)
+
+    def queueing(self, now: float) -> tuple[float, float]:
+        """(queueing delay, base delay) at the site that queues most among those heard from lately."""
+        worst, worst_base = 0.0, 0.0
+        for site, record in list(self.sites.items()):
+            if now - record.heard > self.SITE_HORIZON:
+                del self.sites[site]
+                continue
+            base = record.base
+            queued = record.current - base
+            if queued >= worst:
+                worst, worst_base = queued, base
+        return worst, worst_base
+
+    def queued_bytes(self, now: float) -> float:
+        """Bytes of ours waiting in queues: the window's share of the round trip spent queueing."""
+        queued, base = self.queueing(now)
+        return self.window * queued / (base + queued) if base + queued > 0 else 0.0
+
+    def _update(self, now: float) -> None:
+        queued, base = self.queueing(now)
+        delay = base + queued
+        alpha = self.alpha
+        if self.starting and self.window * queued < alpha * delay:
+            window = 2 * self.window
+        else:
+            self.starting = False
+            goal = self.window * base / delay + alpha if delay > 0 else self.window + alpha
+            window = min(2 * self.window, (self.window + goal) / 2)
+        self.window = int(max(self.min_window, min(self.max_window, window)))
+        self.round_end = now + max(delay, 0.001)
+
+    def congested(self, now: float, round_trip: float) -> bool:
+        self.starting = False
+        return super().congested(now, round_trip)
+
+    def nack_named(self, seq: int, now: float, round_trip: float) -> bool:
+        if seq in self.nacked:
+            return False
+        self.nacked.append(seq)
+        self.starting = False
+        if self.queued_bytes(now) >= self.alpha / 2:
+            return self.congested(now, round_trip)
+        if self.cut_at is not None and now - self.cut_at < round_trip:
+            return False
+        self.cut_at = now
+        self.window = max(self.min_window, self.window - self.window // self.RANDOM_LOSS_CUT)
+        return True
+
+
+CONGESTION_CONTROLS: dict[str, Callable[..., CongestionControl]] = {"rmp": SendWindow, "fixed": FixedWindow,
+                                                                     "delay": DelayWindow}
+"""Congestion control by name: ``rmp`` is the paper's (section 4.6), ``fixed`` keeps the window at its ceiling,
+``delay`` holds a few packets in the path's queues (``DelayWindow``)."""
 
 
 def make_congestion_control(config: EngineConfig) -> CongestionControl:
@@ -180,6 +328,10 @@ def make_congestion_control(config: EngineConfig) -> CongestionControl:
     factory = CONGESTION_CONTROLS.get(config.congestion)
     if factory is None:
         raise ValueError(f"unknown congestion control {config.congestion!r}: one of {', '.join(CONGESTION_CONTROLS)}")
+    # The window's floor: two of the largest packets for the loss-driven windows, whose cuts would otherwise
+    # leave one packet per token pass under random loss; two of the smallest for the delay-driven one, whose
+    # packets must shrink to the path's MTU when the link is slow.
+    floor_packet = config.min_packet if factory is DelayWindow else config.max_packet
     return factory(min_packet=config.min_packet, max_packet=config.max_packet,
-                   min_window=config.min_window or 2 * config.max_packet, initial=config.initial_window,
+                   min_window=config.min_window or 2 * floor_packet, initial=config.initial_window,
                    max_window=config.max_window)

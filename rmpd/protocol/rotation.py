@@ -46,8 +46,8 @@ class Rotation:
     def on_ack(self, ack: Ack, now: float) -> None:
         if not self._place(ack, SlotKind.ACK, now):
             return
-        sample = ack.src != self.pid
-        self.ordering.order(ack, self.pid, lambda seq: self._own_ordered(seq, now, sample))
+        site = ack.src if ack.src != self.pid else None
+        self.ordering.order(ack, self.pid, lambda seq: self._own_ordered(seq, now, site))
         self._token_moved(ack.src, ack.ts, ack.last_ts, ack.next_site, ack.quiet, now)
 
     def _place(self, packet: Ack | NewList, kind: SlotKind, now: float) -> bool:
@@ -70,8 +70,8 @@ class Rotation:
             return False
         return True
 
-    def _own_ordered(self, seq: int, now: float, sample: bool) -> None:
-        if self.sender.ordered(seq, now, sample):
+    def _own_ordered(self, seq: int, now: float, site: ProcessId | None) -> None:
+        if self.sender.ordered(seq, now, site):
             self.sender.fill_window(self.views.current.view_id, now)
             self.after_own_ordered(now)
 

@@ -15,8 +15,8 @@ from collections import deque
 from collections.abc import Callable, Sequence
 
 from .context import GroupContext
-from .flow import CongestionControl, RttEstimator, make_congestion_control
-from .ids import ViewId
+from .flow import CongestionControl, DelaySample, RttEstimator, make_congestion_control
+from .ids import ProcessId, ViewId
 from .packets import Data, Relayed
 from .packing import Queued
 from .qos import Level, QoS
@@ -162,19 +162,22 @@ class Sender:
         if self.outstanding and self.rto.deadline is not None:
             self._start_rto(now)
 
-    def ordered(self, seq: int, now: float, sample: bool) -> bool:
+    def ordered(self, seq: int, now: float, site: ProcessId | None) -> bool:
         """An ACK ordered our packet ``seq``; True when it was outstanding.
 
-        ``sample``: the ordering ACK came from another site, so send-to-ordering is a round trip of the ring.
-        Packets we order ourselves as token site take no time at all; counted, they would pull the data timer to
-        its floor while the token takes several ms to come round under load."""
+        ``site``: the member whose ACK ordered it, None when it was this one.  Ordered by another site, send-to-
+        ordering is a round trip of the ring to that site, a sample of the data timer and of the congestion
+        control's delay.  Packets we order ourselves as token site take no time at all; counted, they would pull
+        the data timer to its floor while the token takes several ms to come round under load."""
         packet = self.outstanding.pop(seq, None)
         if packet is None:
             return False
         sent_at = self.first_sent.pop(seq, None)
-        if sent_at is not None and sample:
+        sample: DelaySample | None = None
+        if sent_at is not None and site is not None:
+            sample = (site, now - sent_at)
             self.data_rtt.sample(now - sent_at)
-        self.window.ordered(packet.size)
+        self.window.ordered(packet.size, now, sample)
         if self.outstanding:
             self._start_rto(now)
         else:

@@ -36,21 +36,29 @@ UNFRAGMENTED_PACKET = 60 * 1024
 """MAX_PACKET where a datagram of that size crosses the interface whole (loopback's 64 KiB MTU)."""
 DATAGRAM_OVERHEAD = 2048
 """IP and UDP headers, the RMP header and packing's per-message framing, with room to spare."""
+PATH_OVERHEAD = 20 + 8 + 96 + 34
+"""What a datagram adds to MAX_PACKET bytes of messages on an interface with a small MTU: the IP and UDP headers,
+the RMP header and a data packet's fields with the longest process IDs, and sealing with encryption (prefix, nonce
+and tag).  Packing counts its per-message framing against MAX_PACKET itself."""
+SMALLEST_PACKET = 512
+"""MAX_PACKET never goes below this, whatever the MTU says (an MTU under 670 bytes is fragmented instead)."""
 
 
-def max_packet_for(address: str) -> int:
-    """MAX_PACKET (figure 4.2) for a process on ``address``: 60 KiB where such a datagram needs no IP
-    fragmentation, the engine's 16 KiB otherwise.
+def packet_limits_for(address: str) -> dict[str, int]:
+    """MAX_PACKET and MIN_PACKET (figure 4.2) for a process on ``address``, as ``EngineConfig`` fields to set.
 
     Per datagram the costs are fixed (system calls, decoding, the engine's step, an ACK's share), so larger packets
-    carry packed messages for less.  On loopback nothing is fragmented or lost, and 60 KiB packets cut the CPU per
-    delivered message by about a fifth (docs/benchmarks.md).  On a 1500-byte Ethernet a 16 KiB packet is already
-    twelve fragments and a lost fragment loses the packet; 60 KiB would be 42, so the smaller default stays there
-    (``max_packet`` in ``[timers]`` sets either)."""
+    carry packed messages for less: where the interface carries 60 KiB datagrams whole (loopback), MAX_PACKET is
+    that.  Elsewhere MAX_PACKET stays the engine's 16 KiB, and MIN_PACKET is what fits the interface's MTU whole:
+    packets shrink with the send window toward it (figure 4.2) when a link, not the CPU, is the limit, where a
+    datagram of several IP fragments is lost whole when the bottleneck's full queue drops any one of them.  With no
+    MTU to read, the engine's defaults stay.  ``max_packet`` and ``min_packet`` in ``[timers]`` set either."""
     mtu = interface_mtu(interface_of(address))
-    if mtu is not None and mtu >= UNFRAGMENTED_PACKET + DATAGRAM_OVERHEAD:
-        return UNFRAGMENTED_PACKET
-    return EngineConfig.max_packet
+    if mtu is None:
+        return {}
+    if mtu >= UNFRAGMENTED_PACKET + DATAGRAM_OVERHEAD:
+        return {"max_packet": UNFRAGMENTED_PACKET}
+    return {"min_packet": max(SMALLEST_PACKET, min(EngineConfig.min_packet, mtu - PATH_OVERHEAD))}
 
 
 def interface_of(address: str) -> str | None:
@@ -81,4 +89,4 @@ def interface_mtu(name: str | None) -> int | None:
 
 
 __all__ = ["ConfigError", "interface_address", "interface_mtu", "interface_of", "loopback_interface",
-           "max_packet_for"]
+           "packet_limits_for"]

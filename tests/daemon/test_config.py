@@ -15,15 +15,15 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import netifaces
 import pytest
 import typer
 
 from cli.rmpd_main import app, load_settings
 from rmpd.daemon.config import KEYS, ConfigError, DaemonConfig, load_config
 from rmpd.daemon.memberships import Membership
-from rmpd.protocol.config import EngineConfig
 from rmpd.protocol.reformation import MIN_PARTITION_MAJORITY
-from rmpd.runtime.net import interface_mtu, max_packet_for
+from rmpd.runtime.net import PATH_OVERHEAD, interface_mtu, packet_limits_for
 
 from .harness import RMPD
 
@@ -204,19 +204,24 @@ def test_defaults_are_loopback_and_a_per_user_socket(tmp_path: Path, monkeypatch
 
 
 def test_packets_are_larger_where_the_interface_carries_them_whole(tmp_path: Path) -> None:
-    """60 KiB packets on loopback (64 KiB MTU: no IP fragments), the engine's 16 KiB on an Ethernet-sized MTU or an
-    address on no interface; ``max_packet`` in ``[timers]`` wins over both."""
+    """60 KiB packets on loopback (64 KiB MTU: no IP fragments); on an Ethernet-sized MTU the engine's 16 KiB, and
+    packets shrink to one MTU's worth at most; an address on no interface keeps the engine's defaults;
+    ``max_packet`` in ``[timers]`` wins over all."""
     if interface_mtu("lo") != 65536:
         pytest.skip("loopback MTU is not the Linux default")
     assert DaemonConfig().engine_config().max_packet == 60 * 1024
-    assert max_packet_for("127.0.0.2") == 60 * 1024
-    assert max_packet_for("198.51.100.7") == EngineConfig.max_packet == 16384
+    assert packet_limits_for("127.0.0.2") == {"max_packet": 60 * 1024}
+    assert packet_limits_for("198.51.100.7") == {}
     path = tmp_path / "rmpd.toml"
     path.write_text("[timers]\nmax_packet = 8192\n")
     assert load_config(path, {}).engine_config().max_packet == 8192
-    ethernet = [name for name in os.listdir("/sys/class/net") if (interface_mtu(name) or 65536) <= 9000]
-    if ethernet:  # whether or not it has an address to bind
-        assert DaemonConfig(interface=ethernet[0]).engine_config().max_packet == 16384
+    ethernet = [name for name in netifaces.interfaces()
+                if (interface_mtu(name) or 65536) <= 9000 and netifaces.ifaddresses(name).get(netifaces.AF_INET)]
+    if ethernet:
+        config = DaemonConfig(interface=ethernet[0]).engine_config()
+        assert config.max_packet == 16384
+        assert config.min_packet == min(8192, (interface_mtu(ethernet[0]) or 0) - PATH_OVERHEAD)
+    assert packet_limits_for("10.99.0.1") == {}  # on no interface here
 
 
 def test_rmpd_says_where_it_serves_and_refuses_a_bad_interface_in_one_line(tmp_path: Path) -> None:

@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from rmpd.protocol.config import EngineConfig
 from rmpd.protocol.events import Delivered, messages_of
-from rmpd.protocol.flow import RttEstimator, SendWindow, make_congestion_control
+from rmpd.protocol.flow import DelayWindow, RttEstimator, SendWindow, make_congestion_control
 from rmpd.protocol.limits import MessageTooLarge
 from rmpd.protocol.packets import Data, Fragment, Nack
 from rmpd.protocol.qos import QoS
@@ -40,13 +40,13 @@ def test_slow_start_doubles_per_round_then_grows_linearly() -> None:
     for _ in range(4):  # one round: everything in the window is sent, then ordered
         w.sent(1000)
     for _ in range(4):
-        w.ordered(1000)
+        w.ordered(1000, 0.0, None)
     assert w.window == 8000 and w.in_flight == 0
     for _ in range(8):
-        w.ordered(1000)
+        w.ordered(1000, 0.0, None)
     assert w.window == 16000
     packet = w.packet_limit()
-    w.ordered(1000)
+    w.ordered(1000, 0.0, None)
     assert w.window == 16000 + packet * 1000 // 16000  # past the threshold: one packet per window ordered
 
 
@@ -263,9 +263,88 @@ def test_congestion_control_is_chosen_by_config_and_a_fixed_window_never_moves()
     assert window.window == 100_000
     assert not window.congested(1.0, 0.1) and not window.nack_named(5, 1.0, 0.1)
     window.sent(16_000)
-    window.ordered(16_000)
+    window.ordered(16_000, 0.0, None)
     assert window.window == 100_000 and window.room() == 100_000
     assert make_congestion_control(EngineConfig()).congested(1.0, 0.1), "the paper's window halves on a timeout"
     with pytest.raises(ValueError, match="unknown congestion control"):
         make_congestion_control(EngineConfig(congestion="cubic"))
 
+
+
+def delay_window(**kw: int) -> DelayWindow:
+    args = {"min_packet": 1400, "max_packet": 16000, "initial": 64000, "max_window": 1 << 20,
+            "min_window": 2800} | kw
+    return DelayWindow(**args)
+
+
+def run_link(w: DelayWindow, *, rate: float, base: float, rounds: int, sites: tuple[str, ...] = ("b",),
+             slow: dict[str, float] | None = None) -> list[float]:
+    """A fluid model of a link: what exceeds rate * base waits in the bottleneck's queue; each round every site
+    orders some of our packets with the delay that queue makes (``slow``: a site's own link rate, if lower).
+    Returns the queueing delay seen at each round."""
+    now, queueing = 0.0, []
+    for _ in range(rounds):
+        worst = 0.0
+        for site in sites:
+            site_rate = (slow or {}).get(site, rate)
+            queued = max(0.0, w.window - site_rate * base) / site_rate
+            worst = max(worst, queued)
+            for _ in range(DelayWindow.RECENT):
+                w.sent(1400)
+                w.ordered(1400, now, (site, base + queued))
+        queueing.append(worst)
+        now += base + worst
+    return queueing
+
+
+def test_delay_window_fills_the_link_and_holds_a_few_packets_in_its_queue() -> None:
+    """10 Mb/s, 2 ms round trip: the window settles near the path's bytes in flight plus about ALPHA_PACKETS
+    packets, so the link is full and the queue a few ms, however large the window started."""
+    rate, base = 1_250_000.0, 0.002
+    for initial in (2800, 64000, 512_000):
+        w = delay_window(initial=initial)
+        queueing = run_link(w, rate=rate, base=base, rounds=300)
+        settled = queueing[-50:]
+        assert all(q > 0 for q in settled)  # the link never idles
+        assert max(settled) < 0.02  # 20 ms of queue at most
+        assert rate * base < w.window < rate * base + 2 * w.alpha
+
+
+def test_delay_window_grows_while_nothing_queues_and_packets_shrink_with_it() -> None:
+    w = delay_window(initial=2800)
+    run_link(w, rate=1e9, base=0.001, rounds=40)
+    assert w.window > 200_000 and w.packet_limit() == 16000
+    small = delay_window(initial=512_000)
+    run_link(small, rate=1_250_000.0, base=0.001, rounds=300)
+    assert small.packet_limit() < 16000  # a slow link: packets shrink toward the MTU-sized minimum
+
+
+def test_delay_window_follows_the_slowest_site() -> None:
+    """Sites take the token in turn; the one whose own link queues most sets the window."""
+    fast = delay_window()
+    run_link(fast, rate=12_500_000.0, base=0.002, rounds=300, sites=("b", "c"))
+    slow = delay_window()
+    queueing = run_link(slow, rate=12_500_000.0, base=0.002, rounds=300, sites=("b", "c"),
+                        slow={"c": 1_250_000.0})
+    assert fast.window > 12_500_000.0 * 0.002
+    assert slow.window < 1_250_000.0 * 0.002 + 2 * slow.alpha < fast.window / 2
+    assert max(queueing[-50:]) < 0.02
+
+
+def test_delay_window_reads_loss_with_the_queue() -> None:
+    """A NACK with no queue is random loss: an eighth off; with our packets queueing it is congestion: halved."""
+    w = delay_window(initial=64000)
+    w.ordered(0, 0.0, ("b", 0.002))
+    w.ordered(0, 0.001, ("b", 0.002))
+    before = w.window
+    assert w.nack_named(1, 1.0, 0.01)
+    assert w.window == before - before // DelayWindow.RANDOM_LOSS_CUT
+    assert not w.nack_named(2, 1.005, 0.01)  # the same round trip
+    queued = delay_window(initial=64000)
+    for _ in range(DelayWindow.RECENT):
+        queued.ordered(0, 0.0, ("b", 0.002))
+    for _ in range(DelayWindow.RECENT):
+        queued.ordered(0, 0.01, ("b", 0.050))
+    before = queued.window
+    assert queued.nack_named(1, 1.0, 0.01)
+    assert queued.window == max(before // 2, queued.min_window)

@@ -22,6 +22,23 @@ MEMBER_SWEEP = (2, 3, 4, 5)
 GUARDS = ("none", "mac", "encrypt")
 
 
+def member_counts(values: list[str] | None) -> list[int] | None:
+    """``--members``: each value one group size or several separated by commas (``2,3,5,9``)."""
+    if not values:
+        return None
+    counts = []
+    for value in values:
+        for part in value.split(","):
+            try:
+                count = int(part)
+            except ValueError:
+                raise typer.BadParameter(f"{part!r} is not a group size", param_hint="--members") from None
+            if not 1 <= count <= 16:
+                raise typer.BadParameter(f"{count} is not in 1..16", param_hint="--members")
+            counts.append(count)
+    return counts
+
+
 def plan(members: list[int], sizes: list[int], qos: list[str], senders: list[int], embedded: bool) -> list[Any]:
     """The cases asked for: every combination; senders default to 1 and 'all members' (only 1 for one case)."""
     from rmpd.bench.run import Case
@@ -64,10 +81,42 @@ def render(results: list[dict[str, Any]], console: Console) -> None:
     console.print(table)
 
 
+def render_transfers(results: list[dict[str, Any]], console: Console) -> None:
+    """One row per destination; the case's figures on its first row."""
+    first = results[0]
+    rate = f"links at {first['rate']}" if first["rate"] else "unshaped links"
+    loss = f", {first['loss']:.0%} loss" if first["loss"] else ""
+    table = Table(title=f"rmp bench: transfers over {rate}{loss}: goodput per destination as a fraction of the wire")
+    for column in ("dest", "senders", "bytes", "size", "qos", "member", "received", "seconds", "KB/s", "of wire",
+                   "tx/packet", "ideal", "send dropped", "reformations"):
+        table.add_column(column, justify="right")
+    for r in results:
+        for i, d in enumerate(r["per_destination"]):
+            case = [str(r["destinations"]), str(r["senders"]), f"{r['transfer']:,}", str(r["size"]), r["qos"]] \
+                if i == 0 else [""] * 5
+            totals = [fmt(r["transmissions_per_packet"], 3), fmt(r["ideal_transmissions_per_packet"], 3),
+                      f"{r['sender_send_dropped']:,}", str(r["reformations_started"])] if i == 0 else [""] * 4
+            received = f"{d['received']:,}"
+            if not d["complete"]:
+                received = f"[red]{received} of {r['messages']:,}[/red]"
+            rate_kb = d["goodput_bytes_per_s"] / 1000 if d["goodput_bytes_per_s"] is not None else None
+            table.add_row(*case, str(d["member"]), received, fmt(d["seconds"], 2), fmt(rate_kb),
+                          fmt(d["wire_fraction"], 3), *totals)
+    console.print(table)
+
+
+def incomplete(result: dict[str, Any]) -> str:
+    """One line: a transfer that did not complete in time, and how far each destination got."""
+    got = ", ".join(f"{d['received']:,}" for d in result["per_destination"])
+    return (f"transfer to {result['destinations']} destination(s) not complete after {result['timeout']:.0f} s: "
+            f"of {result['messages']:,} messages they received {got}")
+
+
 @bench_app.command("bench")
 def bench(
-    members: Annotated[list[int] | None, typer.Option(
-        "--members", min=1, max=16, help="Group size; repeat for several (default: 2 3 4 5).")] = None,
+    members: Annotated[list[str] | None, typer.Option(
+        "--members", help="Group size; repeat or separate with commas for several (default: 2 3 4 5; with a "
+                          "transfer, 2).")] = None,
     size: Annotated[list[int] | None, typer.Option(
         "--size", min=1, max=60000, help="Message size in bytes; repeat (default: 100 1000 8000).")] = None,
     qos: Annotated[list[str] | None, typer.Option(
@@ -86,6 +135,18 @@ def bench(
         "--netns", help="One network namespace per member on a bridge (scripts/netns; needs root).")] = False,
     loss: Annotated[float, typer.Option(
         min=0.0, max=0.9, help="With --netns: drop this fraction of datagrams at random (iptables).")] = 0.0,
+    rate: Annotated[str | None, typer.Option(
+        help="With --netns: every link at this rate both ways (tbf; tc's units, e.g. 10mbit), and measure a "
+             "transfer instead of a window.")] = None,
+    transfer: Annotated[str | None, typer.Option(
+        help="Measure a transfer of this many payload bytes in all (e.g. 5MB) from the senders to the other "
+             "members (default with --rate: 5MB).")] = None,
+    timeout: Annotated[float | None, typer.Option(
+        min=1.0, help="Seconds a transfer may take (default: 4 times its time at the rate, plus 30).")] = None,
+    daemon_config: Annotated[Path | None, typer.Option(
+        "--daemon-config", exists=True, dir_okay=False,
+        help="The daemons' config file (e.g. [timers] max_packet); the bench's join timers override its own.")]
+    = None,
     json_out: Annotated[bool, typer.Option(
         "--json", help="End with one JSON object: the case's figures, or {'cases': [...]} for several.")] = False,
 ) -> None:
@@ -95,6 +156,10 @@ def bench(
     (messages per second per member, counted in the clients), its ratio to the raw baseline, latency p50/p99 as half
     a ping-pong round trip at light load, CPU seconds per delivered message of all processes, and each daemon's
     peak resident memory.
+
+    With --rate or --transfer, the RMP paper's transfer test instead: the senders transfer the given size to the
+    members that do not send; per destination its goodput as a fraction of the wire and its transfer time, and
+    data transmissions per packet beside the ideal for the group's size and loss.
     """
     from rmpd.bench.run import Bench, BenchError, Hosts
     from rmpd.daemon.probe import multicast_loops
@@ -113,11 +178,20 @@ def bench(
     if loss and not netns:
         err.print("[red]error:[/red] --loss needs --netns (loss is made with iptables inside namespaces)")
         raise typer.Exit(2)
+    if rate is not None and not netns:
+        err.print("[red]error:[/red] --rate needs --netns (the rate is set with tbf inside namespaces)")
+        raise typer.Exit(2)
+    if rate is not None or transfer is not None:
+        transfer_bench(members=member_counts(members) or [2], sizes=size or [1000], qos=qos or ["total"],
+                       senders=senders or [1], bind=bind, netns=netns, loss=loss, rate=rate,
+                       transfer=transfer or "5MB", timeout=timeout, daemon_config=daemon_config, guard=guard,
+                       json_out=json_out)
+        return
     if not netns and not multicast_loops(bind):
         err.print(f"[red]error:[/red] multicast does not loop back on {bind}; as root: ip route add 224.0.0.0/4 dev lo")
         raise typer.Exit(1)
-    cases = plan(members or list(MEMBER_SWEEP), size or list(SIZE_SWEEP), qos or list(QOS_SWEEP), senders or [],
-                 embedded)
+    cases = plan(member_counts(members) or list(MEMBER_SWEEP), size or list(SIZE_SWEEP), qos or list(QOS_SWEEP),
+                 senders or [], embedded)
     results: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="rmp-bench-") as tmp, Progress(
         TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
@@ -129,7 +203,7 @@ def bench(
         except BenchError as exc:
             err.print(f"[red]error:[/red] {exc}", soft_wrap=True)
             raise typer.Exit(1) from None
-        runner = Bench(Path(tmp), seconds=seconds, guard=guard, hosts=hosts,
+        runner = Bench(Path(tmp), seconds=seconds, guard=guard, hosts=hosts, daemon_config=daemon_config,
                        progress=lambda text: progress.update(task, description=text))
         try:
             for case in cases:
@@ -143,9 +217,74 @@ def bench(
     out = Console(stderr=json_out)
     render(results, out if out.is_terminal else Console(stderr=json_out, width=200))
     if json_out:
-        machine = {"cpus": _cpu_count(), "cpu": _cpu_model(), "python": platform.python_version()}
-        body = results[0] if len(results) == 1 else {"cases": results}
-        typer.echo(json.dumps({**body, "machine": machine}))
+        print_json(results)
+
+
+def print_json(results: list[dict[str, Any]]) -> None:
+    machine = {"cpus": _cpu_count(), "cpu": _cpu_model(), "python": platform.python_version()}
+    body = results[0] if len(results) == 1 else {"cases": results}
+    typer.echo(json.dumps({**body, "machine": machine}))
+
+
+def transfer_bench(*, members: list[int], sizes: list[int], qos: list[str], senders: list[int], bind: str,
+                   netns: bool, loss: float, rate: str | None, transfer: str, timeout: float | None,
+                   daemon_config: Path | None, guard: str, json_out: bool) -> None:
+    """``rmp bench --rate`` / ``--transfer``: each case a transfer; exit 1 when one did not complete in time."""
+    from rmpd.bench.run import Bench, BenchError, Hosts
+    from rmpd.bench.transfer import TransferBench, TransferCase, parse_rate, parse_size
+    from rmpd.daemon.probe import multicast_loops
+
+    err = Console(stderr=True)
+    try:
+        total = parse_size(transfer)
+        if rate is not None:
+            parse_rate(rate)
+    except ValueError as exc:
+        err.print(f"[red]error:[/red] {exc}")
+        raise typer.Exit(2) from None
+    cases = [TransferCase(m, k, s, q, total) for m, s, q, k in itertools.product(members, sizes, qos, senders)]
+    for case in cases:
+        if case.destinations < 1:
+            err.print(f"[red]error:[/red] {case.members} members with {case.senders} sender(s) leave no "
+                      "destination (a destination is a member that does not send)")
+            raise typer.Exit(2)
+    if not netns and not multicast_loops(bind):
+        err.print(f"[red]error:[/red] multicast does not loop back on {bind}; as root: ip route add 224.0.0.0/4 dev lo")
+        raise typer.Exit(1)
+    results: list[dict[str, Any]] = []
+    with tempfile.TemporaryDirectory(prefix="rmp-bench-") as tmp, Progress(
+        TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+        console=err, transient=True,
+    ) as progress:
+        task = progress.add_task("starting", total=len(cases))
+        try:
+            hosts = Hosts(bind=bind, netns=max(c.members for c in cases) if netns else 0, loss=loss, rate=rate)
+        except BenchError as exc:
+            err.print(f"[red]error:[/red] {exc}", soft_wrap=True)
+            raise typer.Exit(1) from None
+        # Every daemon serves its metrics on its own host's loopback: data datagrams are counted there.
+        bench = Bench(Path(tmp), seconds=0, guard=guard, hosts=hosts, daemon_config=daemon_config,
+                      daemon_args=["--metrics", "127.0.0.1:0"],
+                      progress=lambda text: progress.update(task, description=text))
+        runner = TransferBench(bench, rate=rate, timeout=timeout)
+        try:
+            for case in cases:
+                results.append(runner.run(case))
+                progress.advance(task)
+        except BenchError as exc:
+            err.print(f"[red]benchmark failed:[/red] {exc}", soft_wrap=True)
+            raise typer.Exit(1) from None
+        finally:
+            bench.close()
+    out = Console(stderr=json_out)
+    render_transfers(results, out if out.is_terminal else Console(stderr=json_out, width=200))
+    if json_out:
+        print_json(results)
+    failed = [r for r in results if not r["complete"]]
+    for result in failed:
+        err.print(f"[red]error:[/red] {incomplete(result)}", soft_wrap=True)
+    if failed:
+        raise typer.Exit(1)
 
 
 def _cpu_count() -> int:

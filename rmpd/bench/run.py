@@ -14,6 +14,7 @@ import itertools
 import json
 import os
 import queue
+import signal
 import statistics
 import subprocess
 import sys
@@ -35,6 +36,8 @@ READY_TIMEOUT = 30.0
 BASELINE_ADDRESS = "239.255.91.1"
 BASELINE_PORT = 45001
 LATENCY_SECONDS = 2.0
+STOP_GRACE = 2.0
+"""Seconds the daemons have to exit on SIGTERM at the end of a run before they are killed."""
 
 
 class BenchError(RuntimeError):
@@ -56,17 +59,24 @@ class Case:
 
 class Hosts:
     """Where member ``i`` (0-based) runs: all on one address (loopback by default), or each in a network
-    namespace of its own (``scripts/netns``: 10.77.0.<i+1> on one bridge, optional random loss by iptables)."""
+    namespace of its own (``scripts/netns``: 10.77.0.<i+1> on one bridge, optional random loss by iptables and
+    a rate on every link, both ways, by tbf)."""
 
     NETNS = Path(__file__).resolve().parents[2] / "scripts" / "netns"
-    PREFIX = "rmpb"
+    PREFIX = os.environ.get("RMP_BENCH_NETNS_PREFIX", f"rmpb{os.getpid() % 10000}x")
+    """The namespaces' names (scripts/netns's RMP_NETNS_PREFIX), this process's own: ``scripts/netns up`` first
+    removes every host of its prefix, so two runs at once on one machine must not share one."""
 
-    def __init__(self, *, bind: str = "127.0.0.1", netns: int = 0, loss: float = 0.0) -> None:
+    def __init__(self, *, bind: str = "127.0.0.1", netns: int = 0, loss: float = 0.0,
+                 rate: str | None = None) -> None:
         self.bind = bind
         self.netns = netns
         self.loss = loss
+        self.rate = rate if netns else None
         if netns:
             self._netns("up", str(netns))
+            if self.rate is not None:
+                self._netns("rate", self.rate)
             if loss > 0:
                 per_side = 1 - (1 - loss) ** 0.5  # iptables drops on the way out and on the way in
                 self._netns("loss", f"{per_side:.6f}")
@@ -137,6 +147,11 @@ class Worker:
         stdin.write(f"{begin} {end}\n")
         stdin.flush()
 
+    def close_input(self) -> None:
+        """Close the worker's stdin: a transfer's sender, done, stays in its group until then."""
+        if self.proc.stdin is not None and not self.proc.stdin.closed:
+            self.proc.stdin.close()
+
     def result(self, timeout: float) -> dict[str, Any]:
         result = self._line(timeout)
         self.proc.wait(timeout=10)
@@ -167,8 +182,13 @@ class Bench:
     """Daemons started once and reused (a fresh group per case); baselines cached per (size, members)."""
 
     def __init__(self, workdir: Path, *, seconds: float, guard: str = "none", hosts: Hosts | None = None,
-                 progress: Callable[[str], None] = lambda text: None) -> None:
+                 progress: Callable[[str], None] = lambda text: None, daemon_config: Path | None = None,
+                 daemon_args: list[str] | None = None) -> None:
+        """``daemon_config``: the daemons' config file (the bench's join timers override its own);
+        ``daemon_args``: further rmpd flags."""
         self.workdir = workdir
+        self.daemon_config = daemon_config
+        self.daemon_args = daemon_args or []
         self.seconds = seconds
         self.guard = guard
         self.hosts = hosts or Hosts()
@@ -183,28 +203,35 @@ class Bench:
             generate_key_file(self.key_path)
 
     def close(self) -> None:
+        """Stop the daemons, all at once, and kill those still leaving their groups after ``STOP_GRACE``: the
+        figures are taken, and daemons that all leave together have nobody left to commit their leaves."""
         for daemon in self.daemons:
-            daemon.stop()
+            if daemon.proc.poll() is None:
+                daemon.proc.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + STOP_GRACE
+        for daemon in self.daemons:
+            daemon.stop(timeout=max(0.1, deadline - time.monotonic()))
         self.daemons.clear()
         self.hosts.close()
 
-    def _daemon_config(self) -> Path:
-        path = self.workdir / "rmpd.toml"
-        path.write_text(f"[timers]\nrequest_interval = {JOIN_INTERVAL}\njoin_retries = {JOIN_RETRIES}\n")
-        return path
+    def _daemon_args(self) -> list[str]:
+        """A benchmark's group is new: its first member looks for an existing one only briefly."""
+        return ["--timers", f"request_interval={JOIN_INTERVAL}", "--timers", f"join_retries={JOIN_RETRIES}",
+                *self._guard_args(), *self.daemon_args]
 
     def _guard_args(self) -> list[str]:
         if self.key_path is None:
             return []
         return ["--auth-key", str(self.key_path)] + (["--encrypt"] if self.guard == "encrypt" else [])
 
-    def _ensure_daemons(self, count: int) -> list[DaemonProcess]:
+    def ensure_daemons(self, count: int) -> list[DaemonProcess]:
+        """Daemons 1..``count``, started now where not running yet."""
         while len(self.daemons) < count:
             i = len(self.daemons)
             self.progress(f"starting daemon {i + 1}")
             self.daemons.append(DaemonProcess(self.workdir, f"d{i + 1}", bind=self.hosts.address(i),
-                                              netns=self.hosts.namespace(i), extra=self._guard_args(),
-                                              log_level="warning", config=self._daemon_config()))
+                                              netns=self.hosts.namespace(i), extra=self._daemon_args(),
+                                              log_level="warning", config=self.daemon_config))
         return self.daemons[:count]
 
     def _member_args(self, i: int, embedded: bool) -> list[str]:
@@ -213,20 +240,21 @@ class Bench:
             return ["--embedded", *self._guard_args()]
         return ["--socket", str(self.daemons[i].socket)]
 
-    def _worker(self, role: str, host: int, args: list[str]) -> Worker:
+    def worker(self, role: str, host: int, args: list[str]) -> Worker:
+        """A worker process on host ``host`` (0-based)."""
         return Worker(self.workdir, f"w{next(self._workers)}-{role}", role, *args, "--bind",
                       self.hosts.address(host), prefix=self.hosts.prefix(host))
 
-    def _group_workers(self, specs: list[tuple[str, int, list[str]]]) -> list[Worker]:
+    def group_workers(self, specs: list[tuple[str, int, list[str]]]) -> list[Worker]:
         """Start the group's workers: the first founds the group, the rest join it once it exists (members
         that all start a new group at once would each found one of their own)."""
-        first = self._worker(*specs[0])
+        first = self.worker(*specs[0])
         try:
             first.joined()
         except BaseException:
             first.kill()
             raise
-        return [first, *(self._worker(*spec) for spec in specs[1:])]
+        return [first, *(self.worker(*spec) for spec in specs[1:])]
 
     def _measure(self, workers: list[Worker], processes: list[Callable[[], float]],
                  seconds: float) -> tuple[float, float, list[dict[str, Any]]]:
@@ -258,8 +286,8 @@ class Bench:
             return self._baselines[key]
         self.progress(f"baseline: raw UDP multicast, {size} B, {members} receivers")
         common = ["--address", BASELINE_ADDRESS, "--port", str(BASELINE_PORT)]
-        workers = [self._worker("raw-recv", i, common) for i in range(members)]
-        workers.append(self._worker("raw-send", 0, [*common, "--size", str(size)]))
+        workers = [self.worker("raw-recv", i, common) for i in range(members)]
+        workers.append(self.worker("raw-send", 0, [*common, "--size", str(size)]))
         window, cpu, results = self._measure(workers, [w.cpu_seconds for w in workers], self.seconds)
         delivered = [r["delivered"] for r in results[:-1]]
         total = sum(delivered)
@@ -275,7 +303,7 @@ class Bench:
         baseline = self.baseline(case.size, case.members)
         group = f"bench-{next(self._groups)}"
         common = ["--group", group, "--members", str(case.members), "--qos", case.qos, "--size", str(case.size)]
-        daemons: list[DaemonProcess] = [] if case.embedded else self._ensure_daemons(case.members)
+        daemons: list[DaemonProcess] = [] if case.embedded else self.ensure_daemons(case.members)
         # One application process per member (an embedded node, or a client of that member's daemon) counts what
         # it receives; the first ones also send, as in Spread's and JGroups' throughput tests.  Senders beyond
         # the members are clients of their own, spread over the daemons.
@@ -285,7 +313,7 @@ class Bench:
             specs += [("member", i % case.members, [*common, *self._member_args(i % case.members, False), "--send"])
                       for i in range(case.members, case.senders)]
         self.progress(f"{case.label()}: joining")
-        workers = self._group_workers(specs)
+        workers = self.group_workers(specs)
         self.progress(f"{case.label()}: measuring {self.seconds:g} s, then until every member is quiet")
         window, cpu, results = self._measure(
             workers, [w.cpu_seconds for w in workers] + [d.cpu_seconds for d in daemons], self.seconds)
@@ -318,7 +346,7 @@ class Bench:
         if case.members == 1:
             return []
         common = ["--group", f"{group}-ping", "--qos", case.qos, "--size", str(min(case.size, 1000))]
-        workers = self._group_workers([
+        workers = self.group_workers([
             ("pong", 1, [*common, *self._member_args(1, case.embedded)]),
             *(("member", i, [*common, *self._member_args(i, case.embedded)])  # the rest of the group, idle
               for i in range(2, case.members)),

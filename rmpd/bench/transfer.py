@@ -186,23 +186,27 @@ class TransferBench:
         first_send = min((s["first_send"] for s in sent if s.get("first_send")), default=begin)
         destinations = []
         for i, result in enumerate(arrived):
-            seconds = result["last_delivery"] - first_send if result["last_delivery"] else None
+            # A destination that did not complete is measured over all the time it was given.
+            seconds = result["last_delivery"] - first_send if result["complete"] else None
+            over = seconds or begin + timeout - first_send
             payload = result["received"] * case.size
             destinations.append({
                 "member": case.senders + i + 1,
                 "received": result["received"],
                 "complete": result["complete"],
                 "seconds": seconds,
-                "goodput_bytes_per_s": payload / seconds if seconds else None,
-                "wire_fraction": payload / seconds / self.rate_bytes if seconds and self.rate_bytes else None,
+                "goodput_bytes_per_s": payload / over,
+                "wire_fraction": payload / over / self.rate_bytes if self.rate_bytes else None,
             })
-        packets = max(grew[case.senders + i]["delivered"] for i in range(case.destinations))
+        complete = all(d["complete"] for d in destinations)
+        # Distinct data packets: what every destination delivered, once all have everything.
+        packets = max(grew[case.senders + i]["delivered"] for i in range(case.destinations)) if complete else None
         data_out = sum(g["data_out"] for g in grew)
         loss = self.bench.hosts.loss
         return {
             **asdict(case), "destinations": case.destinations, "messages": case.messages,
             "rate": self.rate, "rate_bytes_per_s": self.rate_bytes, "loss": loss, "timeout": timeout,
-            "complete": all(d["complete"] for d in destinations),
+            "complete": complete,
             "sent": [s["sent"] for s in sent],
             "undelivered": sum(s["undelivered"] for s in sent),
             "per_destination": destinations,

@@ -48,6 +48,22 @@ def test_a_transfer_to_four_destinations_over_10_mbit_links_completes_and_is_rep
     assert len(report["daemon_counters"]) == 5
 
 
+@needs_root
+def test_a_transfer_the_link_cannot_carry_in_time_fails_with_one_line_saying_how_far_it_got() -> None:
+    """300 KB need 2.4 s at 1 Mb/s: with 1 s allowed the bench says so and exits non-zero, with what it saw."""
+    env = {**os.environ, "RMP_BENCH_NETNS_PREFIX": f"rmpr{os.getpid() % 1000}y"}
+    result = subprocess.run([RMP, "bench", "--netns", "--rate", "1mbit", "--members", "2", "--transfer", "300KB",
+                             "--timeout", "1", "--json"], capture_output=True, text=True, timeout=120, env=env)
+    assert result.returncode == 1
+    report = json.loads(result.stdout.strip().splitlines()[-1])
+    [destination] = report["per_destination"]
+    assert not report["complete"] and not destination["complete"] and destination["seconds"] is None
+    assert destination["received"] < 300
+    assert report["transmissions_per_packet"] is None  # distinct packets are known once every destination has all
+    last = result.stderr.strip().splitlines()[-1]
+    assert "not complete after 1 s" in last and f"received {destination['received']}" in last
+
+
 def test_an_unknown_rate_is_refused_before_anything_starts() -> None:
     result = subprocess.run([RMP, "bench", "--netns", "--rate", "10 furlongs"], capture_output=True, text=True,
                             timeout=60)

@@ -208,26 +208,28 @@ class SiteDelay:
 
 
 class DelayWindow(SendWindow):
-    """A window that finds the path's rate from queueing delay and holds a few packets in its queues.
+    """A window that finds the path's rate from queueing delay and keeps the queues it fills short.
 
     A packet of ours is ordered once the token site has it, so its send-to-ordering delay is a round trip to that
     site plus what waited in every queue on the way: the sender's socket and interface, the bottleneck link's queue,
     the site's receive queue.  Each site's smallest delay is its base; the current delay above the base is queueing.
     The slowest receiver governs: every site takes the token in turn, and the site with the most queueing sets the
-    window.  Once a round trip, FAST TCP's update moves the window half way to ``window * base / delay + alpha``:
-    it grows by ``alpha`` a round while nothing queues, and settles where about ``alpha`` bytes of ours wait in the
-    queues (``ALPHA_PACKETS`` packets), so a bulk transfer fills a link without filling its buffer, and a light
-    message behind it waits for a few packets, not for the buffer.
+    window.  Once a round trip the window moves half way to ``window * (base + TARGET) / delay``, FAST TCP's update
+    with its alpha set to TARGET seconds of the measured rate: it grows while less than TARGET queues and settles
+    where TARGET does, whatever the link's rate, so a bulk transfer fills a link without filling its buffer, and a
+    light message behind it waits a few ms, not the buffer's length.  Where the CPU and not a link is the limit,
+    queues of well under TARGET go with a busy ring, and the window grows to its ceiling as the ``rmp`` one does.
 
-    Loss is read with the queue (as TCP Veno does): a NACK for our packet while our packets queue is congestion
-    and halves the window; a NACK with no queue is random loss, which the repair answers, and takes an eighth off.
-    A retransmission timeout halves it either way.  Packets shrink with the window (figure 4.2), down to
+    Loss is read with the queue (as TCP Veno does): a NACK for our packet while TARGET / 2 or more queues is
+    congestion and halves the window; a NACK with less is random loss, which the repair answers, and takes an
+    eighth.  A retransmission timeout halves it either way.  Packets shrink with the window (figure 4.2), down to
     ``min_packet``, the path's MTU where the runtime knows it."""
 
     __slots__ = ("round_end", "sites", "starting")
 
-    ALPHA_PACKETS = 4
-    """Packets of ours the window aims to keep waiting in queues: enough that the link never idles."""
+    TARGET = 0.005
+    """Seconds of queueing the window aims at: enough that the link never idles between the token's turns, short
+    against the 50 ms a person notices."""
     BASE_SPAN = 60.0
     """Seconds a site's smallest delay stays its base: an old minimum must age out (routes change), but each time
     one does while our packets queue, the queue is read a little shorter than it is."""
@@ -249,12 +251,6 @@ class DelayWindow(SendWindow):
         self.starting = True
         """Slow start: the window doubles a round until our packets first queue.  It starts at its floor, whatever
         ``initial`` says, so the first delays measured are the path's own and not a queue the start made."""
-
-    @property
-    def alpha(self) -> int:
-        """Bytes of ours to keep queued: ALPHA_PACKETS of the smallest packets (a fixed amount: were it counted in
-        packets of the window's own size, a larger window would aim at a longer queue, and grow without end)."""
-        return self.ALPHA_PACKETS * self.min_packet
 
     def ordered(self, size: int, now: float, sample: DelaySample | None) -> None:
         self.in_flight = max(0, self.in_flight - size)
@@ -281,20 +277,14 @@ class DelayWindow(SendWindow):
                 worst, worst_base = queued, base
         return worst, worst_base
 
-    def queued_bytes(self, now: float) -> float:
-        """Bytes of ours waiting in queues: the window's share of the round trip spent queueing."""
-        queued, base = self.queueing(now)
-        return self.window * queued / (base + queued) if base + queued > 0 else 0.0
-
     def _update(self, now: float) -> None:
         queued, base = self.queueing(now)
         delay = base + queued
-        alpha = self.alpha
-        if self.starting and self.window * queued < alpha * delay:
+        if self.starting and queued < self.TARGET / 2:
             window = 2 * self.window
         else:
             self.starting = False
-            goal = self.window * base / delay + alpha if delay > 0 else self.window + alpha
+            goal = self.window * (base + self.TARGET) / delay
             window = min(2 * self.window, (self.window + goal) / 2)
         self.window = int(max(self.min_window, min(self.max_window, window)))
         self.round_end = now + max(delay, 0.001)
@@ -308,7 +298,7 @@ class DelayWindow(SendWindow):
             return False
         self.nacked.append(seq)
         self.starting = False
-        if self.queued_bytes(now) >= self.alpha / 2:
+        if self.queueing(now)[0] >= self.TARGET / 2:
             return self.congested(now, round_trip)
         if self.cut_at is not None and now - self.cut_at < round_trip:
             return False

@@ -298,8 +298,8 @@ def run_link(w: DelayWindow, *, rate: float, base: float, rounds: int, sites: tu
 
 
 def test_delay_window_fills_the_link_and_holds_a_few_packets_in_its_queue() -> None:
-    """10 Mb/s, 2 ms round trip: the window settles near the path's bytes in flight plus about ALPHA_PACKETS
-    packets, so the link is full and the queue a few ms, however large the window started."""
+    """10 Mb/s, 2 ms round trip: the window settles near the path's bytes in flight plus TARGET seconds of the
+    link's rate, so the link is full and the queue a few ms."""
     rate, base = 1_250_000.0, 0.002
     for initial in (2800, 64000, 512_000):
         w = delay_window(initial=initial)
@@ -307,7 +307,7 @@ def test_delay_window_fills_the_link_and_holds_a_few_packets_in_its_queue() -> N
         settled = queueing[-50:]
         assert all(q > 0 for q in settled)  # the link never idles
         assert max(settled) < 0.02  # 20 ms of queue at most
-        assert rate * base < w.window < rate * base + 2 * w.alpha
+        assert rate * base < w.window < rate * (base + 2 * DelayWindow.TARGET)
 
 
 def test_delay_window_grows_while_nothing_queues_and_packets_shrink_with_it() -> None:
@@ -327,7 +327,7 @@ def test_delay_window_follows_the_slowest_site() -> None:
     queueing = run_link(slow, rate=12_500_000.0, base=0.002, rounds=300, sites=("b", "c"),
                         slow={"c": 1_250_000.0})
     assert fast.window > 12_500_000.0 * 0.002
-    assert slow.window < 1_250_000.0 * 0.002 + 2 * slow.alpha < fast.window / 2
+    assert slow.window < 1_250_000.0 * (0.002 + 2 * DelayWindow.TARGET) < fast.window / 2
     assert max(queueing[-50:]) < 0.02
 
 

@@ -88,20 +88,21 @@ def render_transfers(results: list[dict[str, Any]], console: Console) -> None:
     loss = f", {first['loss']:.0%} loss" if first["loss"] else ""
     table = Table(title=f"rmp bench: transfers over {rate}{loss}: goodput per destination as a fraction of the wire")
     for column in ("dest", "senders", "bytes", "size", "qos", "member", "received", "seconds", "KB/s", "of wire",
-                   "tx/packet", "ideal", "send dropped", "reformations"):
+                   "wire B/B", "tx/packet", "ideal", "link drops", "send dropped", "reformations"):
         table.add_column(column, justify="right")
     for r in results:
         for i, d in enumerate(r["per_destination"]):
             case = [str(r["destinations"]), str(r["senders"]), f"{r['transfer']:,}", str(r["size"]), r["qos"]] \
                 if i == 0 else [""] * 5
             totals = [fmt(r["transmissions_per_packet"], 3), fmt(r["ideal_transmissions_per_packet"], 3),
-                      f"{r['sender_send_dropped']:,}", str(r["reformations_started"])] if i == 0 else [""] * 4
+                      fmt(r["link_drops"]), f"{r['sender_send_dropped']:,}", str(r["reformations_started"])] \
+                if i == 0 else [""] * 5
             received = f"{d['received']:,}"
             if not d["complete"]:
                 received = f"[red]{received} of {r['messages']:,}[/red]"
             rate_kb = d["goodput_bytes_per_s"] / 1000 if d["goodput_bytes_per_s"] is not None else None
             table.add_row(*case, str(d["member"]), received, fmt(d["seconds"], 2), fmt(rate_kb),
-                          fmt(d["wire_fraction"], 3), *totals)
+                          fmt(d["wire_fraction"], 3), fmt(d["wire_bytes_per_payload_byte"], 3), *totals)
     console.print(table)
 
 

@@ -97,6 +97,25 @@ class Hosts:
         ns = self.namespace(i)
         return ["ip", "netns", "exec", ns] if ns else []
 
+    def link_counters(self, i: int) -> dict[str, dict[str, int]] | None:
+        """What the links of host ``i`` carried so far, as tbf counts it: ``up`` (the host's eth0, what it sends)
+        and ``down`` (its bridge port, what it receives), each ``bytes`` and ``packets`` sent on and ``drops``
+        (the queue was full).  None without a rate."""
+        if self.rate is None:
+            return None
+        ns = self.namespace(i)
+        links = {"up": ["ip", "netns", "exec", ns, "tc", "-s", "-j", "qdisc", "show", "dev", "eth0"],
+                 "down": ["ip", "netns", "exec", f"{self.PREFIX}br", "tc", "-s", "-j", "qdisc", "show", "dev",
+                          f"v{ns}"]}
+        counters = {}
+        for way, command in links.items():
+            result = subprocess.run(command, capture_output=True, text=True)
+            if result.returncode != 0:
+                raise BenchError(f"{' '.join(command)} failed: {result.stderr.strip()}")
+            [root] = [q for q in json.loads(result.stdout) if q.get("root")]
+            counters[way] = {name: int(root[name]) for name in ("bytes", "packets", "drops")}
+        return counters
+
     def close(self) -> None:
         if self.netns:
             self._netns("down")

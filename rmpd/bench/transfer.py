@@ -163,10 +163,13 @@ class TransferBench:
         return worker.result(timeout=30)
 
     def _counters(self, i: int, daemon: DaemonProcess) -> dict[str, int]:
-        """The daemon's counters of interest and its data datagrams sent (from its metrics endpoint)."""
+        """The daemon's counters of interest, its data datagrams sent (from its metrics endpoint) and, with a
+        rate, what its host's links carried and dropped (``up_bytes``, ``down_drops``, ...)."""
         status = daemon.status()
         counters = {name: status["counters"].get(name, 0) for name in COUNTERS}
         counters["data_out"] = self._data_out(i, status.get("metrics"))
+        for way, link in (self.bench.hosts.link_counters(i) or {}).items():
+            counters.update({f"{way}_{name}": value for name, value in link.items()})
         return counters
 
     def _data_out(self, i: int, address: str | None) -> int:
@@ -190,6 +193,7 @@ class TransferBench:
             seconds = result["last_delivery"] - first_send if result["complete"] else None
             over = seconds or begin + timeout - first_send
             payload = result["received"] * case.size
+            link = grew[case.senders + i]
             destinations.append({
                 "member": case.senders + i + 1,
                 "received": result["received"],
@@ -197,6 +201,11 @@ class TransferBench:
                 "seconds": seconds,
                 "goodput_bytes_per_s": payload / over,
                 "wire_fraction": payload / over / self.rate_bytes if self.rate_bytes else None,
+                # What its link carried to it per payload byte delivered (headers, repairs, control), and the
+                # datagrams (or fragments) its link's queue dropped.
+                "wire_bytes_per_payload_byte": link["down_bytes"] / payload if "down_bytes" in link and payload
+                else None,
+                "link_drops": link.get("down_drops"),
             })
         complete = all(d["complete"] for d in destinations)
         # Distinct data packets: what every destination delivered, once all have everything.
@@ -215,6 +224,7 @@ class TransferBench:
             "transmissions_per_packet": data_out / packets if packets else None,
             "ideal_transmissions_per_packet": ideal_transmissions(case.members - 1, loss),
             "sender_send_dropped": sum(g["send_dropped"] for g in grew[:case.senders]),
+            "link_drops": sum(g.get("up_drops", 0) + g.get("down_drops", 0) for g in grew) if self.rate else None,
             "reformations_started": max(g["reformations_started"] for g in grew),
             "daemon_counters": grew,
             "daemon_cpu_s": cpu,

@@ -41,10 +41,12 @@ def test_a_transfer_to_four_destinations_over_10_mbit_links_completes_and_is_rep
         assert 0 < d["wire_fraction"] <= 1.0
         assert d["goodput_bytes_per_s"] == pytest.approx(d["wire_fraction"] * report["rate_bytes_per_s"])
         assert d["seconds"] >= TRANSFER / report["rate_bytes_per_s"] * 0.95
+        # Its link carried the payload and more (headers, control), and counted what its queue dropped.
+        assert d["wire_bytes_per_payload_byte"] > 1.0 and d["link_drops"] >= 0
     assert report["data_packets"] > 0 and report["data_transmissions"] >= report["data_packets"]
     assert report["transmissions_per_packet"] >= 1.0
     assert report["ideal_transmissions_per_packet"] == 1.0  # no loss asked for
-    assert report["sender_send_dropped"] >= 0 and report["reformations_started"] >= 0
+    assert report["sender_send_dropped"] >= 0 and report["reformations_started"] >= 0 and report["link_drops"] >= 0
     assert len(report["daemon_counters"]) == 5
 
 

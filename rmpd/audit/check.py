@@ -1,20 +1,20 @@
-"""What every invariant check returns, and helpers to shape its violation rows."""
+"""What every invariant check is, and a helper to shape its violation rows."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pyspark.sql import Column, DataFrame
-from pyspark.sql import functions as F
-
 from .schema import EXAMPLE_FIELDS
+
+_TYPES = {"node": "STRING", "group": "STRING", "view": "STRING", "ts": "BIGINT", "src": "STRING", "seq": "BIGINT",
+          "detail": "STRING"}
 
 
 @dataclass(frozen=True)
 class Check:
-    """One invariant as lazy DataFrames: the items it covers and the items that break it.
+    """One invariant as SQL queries: the items it covers and the items that break it.
 
-    Nothing runs until the report asks for counts, so all checks can share one pass over the cached records.
+    Nothing runs until the report asks for counts, so every check is counted in one query over the cached tables.
     ``violations`` has the columns of ``EXAMPLE_FIELDS``.  ``tally``, when given, counts both without listing
     them: rows whose ``c`` and ``x`` columns sum to the number of items checked and the number of violations (the
     rows of ``checked`` and ``violations``).  A check whose items are a product (every member of a view change
@@ -23,30 +23,29 @@ class Check:
     """
 
     name: str
-    checked: DataFrame
-    violations: DataFrame
-    tally: DataFrame | None = None
+    checked: str | None
+    violations: str
+    tally: str | None = None
+
+    def counts(self) -> str:
+        """SQL whose rows' ``c`` and ``x`` sum to the items checked and the violations."""
+        if self.tally is not None:
+            return self.tally
+        return (f"SELECT count(1) AS c, 0 AS x FROM ({self.checked}) "
+                f"UNION ALL SELECT 0 AS c, count(1) AS x FROM ({self.violations})")
 
 
 def example(
-    df: DataFrame,
-    node: Column | None = None,
-    view: Column | None = None,
-    ts: Column | None = None,
-    src: Column | None = None,
-    seq: Column | None = None,
-    detail: Column | None = None,
-    group: Column | None = None,
-) -> DataFrame:
-    """Project ``df`` onto the shared example columns; ``group`` defaults to the column of that name."""
-    defaults = {"node": "string", "group": "string", "view": "string", "ts": "long", "src": "string",
-                "seq": "long", "detail": "string"}
-    if group is None and "group" in df.columns:
-        group = F.col("group")
+    source: str,
+    node: str = "NULL",
+    view: str = "NULL",
+    ts: str = "NULL",
+    src: str = "NULL",
+    seq: str = "NULL",
+    detail: str = "NULL",
+    group: str = "`group`",
+) -> str:
+    """SQL selecting the shared example columns from ``source`` (a FROM clause), each given as an expression."""
     given = {"node": node, "group": group, "view": view, "ts": ts, "src": src, "seq": seq, "detail": detail}
-    return df.select(
-        *[
-            (F.lit(None) if given[name] is None else given[name]).cast(defaults[name]).alias(name)
-            for name in EXAMPLE_FIELDS
-        ]
-    )
+    columns = ", ".join(f"CAST({given[name]} AS {_TYPES[name]}) AS `{name}`" for name in EXAMPLE_FIELDS)
+    return f"SELECT {columns} FROM {source}"

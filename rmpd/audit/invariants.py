@@ -1,10 +1,8 @@
-"""The journal invariants in report order, each a pure ``records -> Check`` transform."""
+"""The journal invariants in report order, each a pure ``views -> Check`` transform."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
-
-from pyspark.sql import DataFrame
 
 from .check import Check
 from .membership import atomicity, unique_view_id, virtual_synchrony
@@ -12,8 +10,9 @@ from .ordering import no_duplicate, one_order, source_order, total_order
 from .resilience import k_resilience
 from .schema import INVARIANTS
 from .scmp_check import scmp_at_most_once
+from .views import Views
 
-CHECKS: tuple[Callable[[DataFrame], Check], ...] = (
+CHECKS: tuple[Callable[[Views], Check], ...] = (
     one_order,
     total_order,
     no_duplicate,
@@ -26,8 +25,8 @@ CHECKS: tuple[Callable[[DataFrame], Check], ...] = (
 )
 
 
-def journal_checks(records: DataFrame) -> list[Check]:
-    """Build every journal check (lazily: nothing runs yet)."""
-    checks = [make(records) for make in CHECKS]
+def journal_checks(views: Views) -> list[Check]:
+    """Build every journal check over ``views`` (whose base is the records; nothing runs yet)."""
+    checks = [make(views) for make in CHECKS]
     assert tuple(c.name for c in checks) == INVARIANTS
     return checks

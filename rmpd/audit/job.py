@@ -25,7 +25,7 @@ from .progress import Progress
 from .read import UnreadableInput, read_journals
 from .report import AuditReport, InvariantResult, evaluate, render
 from .session import log_file
-from .shared import release
+from .views import Views
 
 
 def run_audit(
@@ -48,6 +48,12 @@ SMALL_INPUT = {
     "spark.sql.codegen.factoryMode": "NO_CODEGEN",
     # Planning once, without adaptive re-planning, is faster when every stage is a few rows.
     "spark.sql.adaptive.enabled": "false",
+    # Joins of a single-partition table with itself need no exchange when sort-merged; broadcasting a side runs a
+    # job of its own for each join.
+    "spark.sql.autoBroadcastJoinThreshold": "-1",
+    # A join keeps both sides in their one partition only when Spark knows each is below this size; the estimate of
+    # a table not yet computed is far above any default, and every join then shuffled both sides again.
+    "spark.sql.maxSinglePartitionBytes": str(2**63 - 1),
 }
 """Session settings for a small input (set for the audit, then put back: a session may be shared)."""
 
@@ -101,10 +107,11 @@ def _run_audit(spark: SparkSession, paths: list[str], pcaps: list[str] | None, e
         journals = read_journals(spark, paths, one_partition=small)
         if progress is not None:
             progress.phase, progress.records = "checking invariants", journals.count
+        views = Views(spark, journals.records)
         try:
-            _, results = evaluate(journal_checks(journals.records), examples)
+            _, results = evaluate(views, journal_checks(views), examples)
         finally:
-            release(journals.records)
+            views.release()
             journals.release()
         records = journals.count
         inputs += paths
@@ -114,10 +121,11 @@ def _run_audit(spark: SparkSession, paths: list[str], pcaps: list[str] | None, e
         if progress is not None:
             progress.phase = "checking captures"
 
-        packets, checks = wire_checks(spark, pcaps, key)
+        packets, views, checks = wire_checks(spark, pcaps, key)
         try:
-            n, wire = evaluate(checks, examples, packets)
+            n, wire = evaluate(views, checks, examples, counted=views.base)
         finally:
+            views.release()
             packets.unpersist()
         records += n
         results += wire

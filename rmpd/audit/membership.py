@@ -11,28 +11,22 @@ different next views (a partition) or installed no next view (a crash, or the en
 
 from __future__ import annotations
 
-from pyspark.sql import Column, DataFrame, Window
-from pyspark.sql import functions as F
-
 from .check import Check, example
 from .columns import is_ordered, member_list
 from .delivered import MEMBER, MESSAGE, deliveries
-from .schema import POS
-from .shared import shared
+from .views import Views
 
 
-def view_changes(records: DataFrame) -> DataFrame:
+def view_changes(v: Views) -> str:
     """``node, group, v1, v2``: the member installed view ``v1`` and then, as its next install, ``v2``."""
-    w = Window.partitionBy(*MEMBER).orderBy(POS)
-    return (
-        records.where(F.col("event") == "view")
-        .select(*MEMBER, F.col("view").alias("v1"), F.lead("view").over(w).alias("v2"))
-        .where(F.col("v2").isNotNull())
-        .distinct()
-    )
+    return v.table("view changes", lambda v: f"""
+        SELECT DISTINCT * FROM (
+            SELECT {MEMBER}, view AS v1, lead(view) OVER (PARTITION BY {MEMBER} ORDER BY pos) AS v2
+            FROM {v.base} WHERE event = 'view'
+        ) WHERE v2 IS NOT NULL""", cache=True)
 
 
-def _disagreements(name: str, records: DataFrame, in_view: Column, detail: Column) -> Check:
+def _disagreements(v: Views, name: str, in_view: str, detail: str) -> Check:
     """Every ordered message one member of a (v1, v2) change delivered in v1 is expected from every member of it.
 
     ``in_view`` names, for each delivery, the view it counts for.  Expected (member, change, message) triples are
@@ -40,75 +34,64 @@ def _disagreements(name: str, records: DataFrame, in_view: Column, detail: Colum
     as many as did not deliver it.  Only the messages some member missed are expanded into rows, and only when
     examples are wanted.
     """
-    changes = shared(records, "view changes", view_changes)
-    delivered = (
-        deliveries(records).where(is_ordered(F.col("qos")) & in_view.isNotNull())
-        .select(*MEMBER, in_view.alias("v1"), *MESSAGE).distinct()
-    )
-    mine = delivered.join(changes, [*MEMBER, "v1"])
+    changes = view_changes(v)
+    mine = v.table(f"{name}: delivered", lambda v: f"""
+        SELECT * FROM (SELECT DISTINCT {MEMBER}, {in_view} AS v1, {MESSAGE} FROM {deliveries(v)}
+                       WHERE {is_ordered('qos')} AND {in_view} IS NOT NULL)
+        JOIN {changes} USING ({MEMBER}, v1)""")
     # A message with a null field matches no delivery, its own included, so every member misses it.
-    unmatched = F.col("src").isNull() | F.col("seq").isNull() | F.col("qos").isNull()
-    per_message = (
-        mine.groupBy("group", "v1", "v2", *MESSAGE).agg(F.count(F.lit(1)).alias("k"))
-        .withColumn("k", F.when(unmatched, F.lit(0)).otherwise(F.col("k")))
-    )
-    sizes = changes.groupBy("group", "v1", "v2").agg(F.count(F.lit(1)).alias("m"))
-    counted = per_message.join(sizes, ["group", "v1", "v2"])
-    short = counted.where(F.col("k") < F.col("m")).select("group", "v1", "v2", *MESSAGE)
-    missing = changes.join(short, ["group", "v1", "v2"]).join(mine, [*MEMBER, "v1", "v2", *MESSAGE], "left_anti")
+    counted = v.table(f"{name}: counted", lambda _: f"""
+        SELECT * FROM (
+            SELECT `group`, v1, v2, {MESSAGE},
+                CASE WHEN src IS NULL OR seq IS NULL OR qos IS NULL THEN 0 ELSE count(1) END AS k
+            FROM {mine} GROUP BY `group`, v1, v2, {MESSAGE})
+        JOIN (SELECT `group`, v1, v2, count(1) AS m FROM {changes} GROUP BY `group`, v1, v2) USING (`group`, v1, v2)""")
+    missing = f"""(
+        SELECT * FROM {changes}
+        JOIN (SELECT `group`, v1, v2, {MESSAGE} FROM {counted} WHERE k < m) USING (`group`, v1, v2)
+        LEFT ANTI JOIN {mine} USING ({MEMBER}, v1, v2, {MESSAGE}))"""
     return Check(
-        name,
-        changes.join(per_message, ["group", "v1", "v2"]),
-        example(missing, F.col("node"), F.col("v1"), None, F.col("src"), F.col("seq"), detail),
-        counted.select(F.col("m").alias("c"), (F.col("m") - F.col("k")).alias("x")),
+        name, None, example(missing, "node", "v1", "NULL", "src", "seq", detail),
+        f"SELECT m AS c, m - k AS x FROM {counted}",
     )
 
 
-def virtual_synchrony(records: DataFrame) -> Check:
+def virtual_synchrony(v: Views) -> Check:
     """``virtual-synchrony``: members installing v1 then v2 delivered the same ordered set between the two installs.
 
     "Between" is by position in each member's journal: a delivery belongs to the last view installed before it.
     """
     return _disagreements(
-        "virtual-synchrony", records, F.col("epoch"),
-        F.concat(F.lit("not delivered between views "), F.col("v1"), F.lit(" and "), F.col("v2"),
-                 F.lit(" though other members that installed both did")),
+        v, "virtual-synchrony", "epoch",
+        "concat('not delivered between views ', v1, ' and ', v2, ' though other members that installed both did')",
     )
 
 
-def atomicity(records: DataFrame) -> Check:
+def atomicity(v: Views) -> Check:
     """``atomicity``: an ordered message delivered in view v1 by one member is delivered in v1 by its whole partition.
 
     "In v1" is by the view the delivery record names; the partition is the members that installed v1 and then the
     same next view.
     """
     return _disagreements(
-        "atomicity", records, F.col("view"),
-        F.concat(F.lit("not delivered in view "), F.col("v1"), F.lit(" though others moving to "), F.col("v2"),
-                 F.lit(" did")),
+        v, "atomicity", "view", "concat('not delivered in view ', v1, ' though others moving to ', v2, ' did')",
     )
 
 
-def unique_view_id(records: DataFrame) -> Check:
+def unique_view_id(v: Views) -> Check:
     """``unique-view-id``: a view ID names one ordered member list, in every record and every group."""
-    installs = records.where((F.col("event") == "view") & F.col("members").isNotNull()).select(
-        "node", "group", F.col("view").alias("vid"), member_list(F.col("members")).alias("ml")
-    )
-    announced = records.where(
-        F.col("event").isin("send", "recv") & (F.col("packet") == "new_list") & F.col("members").isNotNull()
-    ).select("node", "group", F.col("new_view").alias("vid"), member_list(F.col("members")).alias("ml"))
-    per_view = (
-        installs.unionByName(announced)
-        .where(F.col("vid").isNotNull())
-        .groupBy("vid")
-        .agg(F.count_distinct("group", "ml").alias("n"), F.min(F.struct("group", "ml", "node")).alias("a"),
-             F.max(F.struct("group", "ml")).alias("b"))
-    )
-    bad = per_view.where(F.col("n") > 1)
+    per_view = v.table("unique-view-id: per view", lambda v: f"""
+        SELECT vid, count(DISTINCT `group`, ml) AS n, min(struct(`group`, ml, node)) AS a,
+            max(struct(`group`, ml)) AS b
+        FROM (
+            SELECT node, `group`, view AS vid, {member_list('members')} AS ml FROM {v.base}
+            WHERE event = 'view' AND members IS NOT NULL
+            UNION ALL SELECT node, `group`, new_view AS vid, {member_list('members')} AS ml FROM {v.base}
+            WHERE event IN ('send', 'recv') AND packet = 'new_list' AND members IS NOT NULL
+        ) WHERE vid IS NOT NULL GROUP BY vid""")
     return Check(
         "unique-view-id",
-        per_view,
-        example(bad, F.col("a.node"), F.col("vid"), group=F.col("a.group"), detail=F.concat(
-            F.lit("names ["), F.col("a.ml"), F.lit("] in "), F.col("a.group"), F.lit(" and ["), F.col("b.ml"),
-            F.lit("] in "), F.col("b.group"))),
+        f"SELECT * FROM {per_view}",
+        example(f"{per_view} WHERE n > 1", "a.node", "vid", group="a.`group`",
+                detail="concat('names [', a.ml, '] in ', a.`group`, ' and [', b.ml, '] in ', b.`group`)"),
     )

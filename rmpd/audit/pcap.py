@@ -30,6 +30,7 @@ from pyspark.sql import types as T
 from rmpd.wire.sealing import GroupKey
 
 from .check import Check, example
+from .views import Views
 
 PACKET_SCHEMA = T.StructType(
     [
@@ -171,57 +172,52 @@ def read_captures(spark: SparkSession, paths: list[str], key: GroupKey | None = 
     return spark.createDataFrame(raw.rdd.mapPartitions(decode_partition), PACKET_SCHEMA)
 
 
-def wire_one_order(packets: DataFrame) -> Check:
+def wire_one_order(v: Views) -> Check:
     """Every (view, ts) slot holds one thing across all captures."""
-    acks = packets.where(F.col("kind") == "ack")
-    claims = (
-        acks.select("view", "ts", F.concat_ws("|", F.lit("ack"), "src").alias("what"))
-        .unionByName(
-            acks.select("view", "ts", F.posexplode("orders").alias("i", "what"))
-            .select("view", (F.col("ts") + F.col("i") + 1).alias("ts"), "what")
-        )
-        .unionByName(
-            packets.where(F.col("kind") == "new_list")
-            .select("view", "ts", F.concat_ws("|", F.lit("new_list"), "new_view").alias("what"))
-        )
-    )
-    per_slot = claims.groupBy("view", "ts").agg(
-        F.count_distinct("what").alias("n"), F.min("what").alias("a"), F.max("what").alias("b")
-    )
-    bad = per_slot.where(F.col("n") > 1)
-    return Check("wire-one-order", per_slot, example(
-        bad, view=F.col("view"), ts=F.col("ts"),
-        detail=F.concat(F.lit("slot holds "), F.col("a"), F.lit(" and "), F.col("b"))))
+    per_slot = v.table("wire-one-order: per slot", lambda v: f"""
+        SELECT view, ts, count(DISTINCT what) AS n, min(what) AS a, max(what) AS b FROM (
+            SELECT view, ts, concat_ws('|', 'ack', src) AS what FROM {v.base} WHERE kind = 'ack'
+            UNION ALL SELECT view, ts + i + 1, what FROM {v.base} LATERAL VIEW posexplode(orders) AS i, what
+            WHERE kind = 'ack'
+            UNION ALL SELECT view, ts, concat_ws('|', 'new_list', new_view) FROM {v.base} WHERE kind = 'new_list'
+        ) GROUP BY view, ts""")
+    return Check("wire-one-order", f"SELECT * FROM {per_slot}", example(
+        f"{per_slot} WHERE n > 1", view="view", ts="ts", detail="concat('slot holds ', a, ' and ', b)", group="NULL"))
 
 
-def wire_token_member(packets: DataFrame) -> Check:
+def wire_token_member(v: Views) -> Check:
     """The token goes only to members of the view it is passed in."""
-    lists = packets.where(F.col("kind") == "new_list")
-    known = lists.select(F.col("new_view").alias("view"), F.explode("members").alias("m")).distinct()
-    known_views = known.select("view").distinct()
-    acks = packets.where(F.col("kind") == "ack").select("view", "ts", "src", "next", "file", "frame")
-    ack_checked = acks.join(known_views, "view")
-    ack_bad = ack_checked.join(known.withColumnRenamed("m", "next"), ["view", "next"], "left_anti")
-    own = lists.select(F.col("new_view").alias("view"), "ts", "src", "next", "file", "frame", "members")
-    own_bad = own.where(~F.array_contains("members", F.col("next")))
-    bad = ack_bad.unionByName(own_bad.drop("members"))
-    return Check("wire-token-member", ack_checked.unionByName(own.drop("members")), example(
-        bad, node=F.col("src"), view=F.col("view"), ts=F.col("ts"),
-        detail=F.concat(F.lit("token passed to non-member "), F.col("next"), F.lit(" (frame "),
-                        F.col("frame").cast("string"), F.lit(" of "), F.col("file"), F.lit(")"))))
+    known = v.table("wire-token-member: known", lambda v: f"""
+        SELECT DISTINCT new_view AS view, m FROM {v.base} LATERAL VIEW explode(members) AS m WHERE kind = 'new_list'""")
+    acks = v.table("wire-token-member: acks", lambda v: f"""
+        SELECT view, ts, src, `next`, file, frame FROM {v.base} WHERE kind = 'ack'
+        AND view IN (SELECT view FROM {known})""")
+    own = v.table("wire-token-member: own", lambda v: f"""
+        SELECT new_view AS view, ts, src, `next`, file, frame, members FROM {v.base} WHERE kind = 'new_list'""")
+    bad = f"""(
+        SELECT view, ts, src, `next`, file, frame FROM {acks}
+        LEFT ANTI JOIN (SELECT view, m AS `next` FROM {known}) USING (view, `next`)
+        UNION ALL SELECT view, ts, src, `next`, file, frame FROM {own} WHERE NOT array_contains(members, `next`))"""
+    return Check(
+        "wire-token-member",
+        f"SELECT view FROM {acks} UNION ALL SELECT view FROM {own}",
+        example(bad, node="src", view="view", ts="ts", group="NULL", detail=(
+            "concat('token passed to non-member ', `next`, ' (frame ', CAST(frame AS STRING), ' of ', file, ')')")),
+    )
 
 
-def wire_authentic(packets: DataFrame, keyed: bool) -> Check:
+def wire_authentic(v: Views, keyed: bool) -> Check:
     """Every RMP datagram of a keyed group's capture opens under its key (nothing is checked without the key)."""
-    rmp = packets.where(~F.col("kind").isin("undecodable", "encrypted") & F.lit(keyed))
-    bad = rmp.where(F.col("kind") == "unauthentic")
-    return Check("wire-authentic", rmp, example(
-        bad, detail=F.concat(F.lit("frame "), F.col("frame").cast("string"), F.lit(" of "), F.col("file"),
-                             F.lit(" is not sealed under the key, or does not open"))))
+    rmp = f"{v.base} WHERE NOT kind IN ('undecodable', 'encrypted') AND {str(keyed).lower()}"
+    return Check("wire-authentic", f"SELECT * FROM {rmp}", example(
+        f"{rmp} AND kind = 'unauthentic'", group="NULL", detail=(
+            "concat('frame ', CAST(frame AS STRING), ' of ', file, ' is not sealed under the key, or does not open')")))
 
 
-def wire_checks(spark: SparkSession, paths: list[str], key: GroupKey | None = None) -> tuple[DataFrame, list[Check]]:
-    """The decoded packets (cached; the caller unpersists) and the wire checks over them."""
+def wire_checks(spark: SparkSession, paths: list[str], key: GroupKey | None = None,
+                ) -> tuple[DataFrame, Views, list[Check]]:
+    """The decoded packets (cached; the caller unpersists), the views over them (the caller releases) and the wire
+    checks."""
     from .read import UnreadableInput, list_files
 
     files = list_files(spark, paths, suffixes=(".pcap", ".cap", ".dmp"))
@@ -233,4 +229,5 @@ def wire_checks(spark: SparkSession, paths: list[str], key: GroupKey | None = No
             raise UnreadableInput(errors[0].file, None, "holds encrypted datagrams of a keyed group: give its key "
                                   "with --auth-key FILE")
         raise UnreadableInput(errors[0].file, None, errors[0].kind.removeprefix("error: "))
-    return packets, [wire_one_order(packets), wire_token_member(packets), wire_authentic(packets, key is not None)]
+    v = Views(spark, packets)
+    return packets, v, [wire_one_order(v), wire_token_member(v), wire_authentic(v, key is not None)]

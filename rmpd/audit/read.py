@@ -31,10 +31,11 @@ class Journals:
 
     records: DataFrame
     count: int
-    cache: DataFrame
+    caches: tuple[DataFrame, ...]
 
     def release(self) -> None:
-        self.cache.unpersist()
+        for cache in self.caches:
+            cache.unpersist()
 
 
 def list_files(spark: SparkSession, paths: list[str], suffixes: tuple[str, ...] = JOURNAL_SUFFIXES) -> list[str]:
@@ -99,7 +100,7 @@ def problem(df: DataFrame) -> Column:
 def typed(raw: DataFrame) -> DataFrame:
     """The non-blank lines as the checks read them: ``COLUMNS`` with QoS normalized, the line's place, ``why``."""
     return raw.where(~F.col("blank")).select(
-        *[qos_name(F.col(c)).alias(c) if c == "qos" else F.col(c) for c in COLUMNS],
+        *[F.expr(qos_name(c)).alias(c) if c == "qos" else F.col(c) for c in COLUMNS],
         "file", "blk", "rid", problem(raw).alias("why"),
     )
 
@@ -129,9 +130,17 @@ def read_journals(spark: SparkSession, paths: list[str], one_partition: bool = F
     if not any(s.rows for s in found):
         lines.unpersist()
         raise UnreadableInput(", ".join(paths), None, "no records (every journal file is empty)")
-    # Not cached again: copying every record to add ``pos`` cost more than looking it up where a check sorts on it.
     records = positioned(spark, lines.drop("why"), found)
-    return Journals(records, sum(s.rows for s in found), lines)
+    count = sum(s.rows for s in found)
+    if not one_partition:
+        # Not cached again: copying every record to add ``pos`` cost more than looking it up where a check sorts on it.
+        return Journals(records, count, (lines,))
+    # A small input is copied once more, with ``pos``, into one partition of its own: every check then reads one
+    # table that Spark knows needs no shuffle for any key or join, instead of a broadcast join in every branch of
+    # every check (a cache of that join would not do: Spark shuffled both sides of every join over it again).
+    records = records.localCheckpoint()
+    lines.unpersist()
+    return Journals(records, count, ())
 
 
 _READ_FAILED = re.compile(r"Encountered error while reading file (\S+?)\.?\s")

@@ -1,28 +1,27 @@
 """Run checks on the executors and bring back only counts and a few examples; render the verdict.
 
-All checks are counted in one Spark job (one union of tiny per-row tallies), so the cached records are scanned
-once for every invariant together; examples are fetched in a second job only when something is violated.
+All checks are counted in one query (one union of per-check tallies), so the cached tables are scanned once for
+every invariant together; examples are fetched in a second query only when something is violated.
 """
 
 from __future__ import annotations
 
 import json
-import uuid
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from pyspark.sql import DataFrame
-from pyspark.sql import functions as F
 from rich.console import Console
 from rich.table import Table
 
 from .check import Check
 from .schema import EXAMPLE_FIELDS
+from .views import Views
 
 EXIT_OK = 0
 EXIT_VIOLATED = 1
 
-_RECORDS = "\0records"
+_RECORDS = ""
+"""The tally of records read (no invariant has an empty name)."""
 
 
 @dataclass(frozen=True)
@@ -72,36 +71,26 @@ class AuditReport:
             out.write("\n")
 
 
-def evaluate(checks: list[Check], examples: int, counted: DataFrame | None = None) -> tuple[int, list[InvariantResult]]:
-    """Count every check in one job; fetch up to ``examples`` violations of each violated one.
+def evaluate(views: Views, checks: list[Check], examples: int, counted: str | None = None,
+             ) -> tuple[int, list[InvariantResult]]:
+    """Count every check in one query; fetch up to ``examples`` violations of each violated one in a second.
 
-    ``counted`` (optional) is the input whose rows are reported as the record count.
+    ``counted`` (optional) is a view whose rows are reported as the record count.  Each query is one SQL
+    statement over ``views``, analysed once.
     """
-    tallies = []
-    if counted is not None:
-        tallies.append(counted.select(F.lit(_RECORDS).alias("inv"), F.lit(1).alias("c"), F.lit(0).alias("x")))
-    for check in checks:
-        if check.tally is not None:
-            tallies.append(check.tally.select(F.lit(check.name).alias("inv"), F.col("c").cast("long").alias("c"),
-                                              F.col("x").cast("long").alias("x")))
-            continue
-        tallies.append(check.checked.select(F.lit(check.name).alias("inv"), F.lit(1).alias("c"), F.lit(0).alias("x")))
-        tallies.append(check.violations.select(F.lit(check.name).alias("inv"), F.lit(0).alias("c"),
-                                               F.lit(1).alias("x")))
-    rows = (
-        union_all(tallies)
-        .groupBy("inv")
-        .agg(F.sum("c").alias("c"), F.sum("x").alias("x"))
-        .collect()
-    )
+    tallies = [f"SELECT '{_RECORDS}' AS inv, count(1) AS c, 0 AS x FROM {counted}"] if counted else []
+    tallies += [f"SELECT '{c.name}' AS inv, c, x FROM ({c.counts()})" for c in checks]
+    union = " UNION ALL ".join(tallies)
+    rows = views.sql(f"SELECT inv, sum(c) AS c, sum(x) AS x FROM ({union}) GROUP BY inv").collect()
     counts = {r.inv: (int(r.c), int(r.x)) for r in rows}
     records = counts.pop(_RECORDS, (0, 0))[0]
     bad = [c for c in checks if counts.get(c.name, (0, 0))[1] > 0]
     found: dict[str, list[dict[str, Any]]] = {c.name: [] for c in checks}
     if bad and examples > 0:
-        sample = union_all(
-            [c.violations.limit(examples).withColumn("invariant", F.lit(c.name)) for c in bad]
-        ).collect()
+        sample = views.sql(" UNION ALL ".join(
+            f"SELECT *, '{c.name}' AS invariant FROM (SELECT * FROM ({c.violations}) LIMIT {int(examples)})"
+            for c in bad
+        )).collect()
         for row in sample:
             d = row.asDict()
             found[d.pop("invariant")].append(d)
@@ -110,27 +99,6 @@ def evaluate(checks: list[Check], examples: int, counted: DataFrame | None = Non
         for c in checks
     ]
     return records, results
-
-
-def union_all(frames: list[DataFrame]) -> DataFrame:
-    """The rows of every frame (each with the columns of the first, by name), as one plan analysed once.
-
-    Pairwise ``unionByName`` analyses the whole plan built so far at every step, and a check's plan is large: over
-    the twenty-odd tallies of an audit that was about a second of a small audit's time.  One ``UNION ALL`` over
-    temporary views of the frames is analysed once; the views are dropped at once (the plan keeps what they named).
-    """
-    if len(frames) == 1:
-        return frames[0]
-    spark = frames[0].sparkSession
-    columns = ", ".join(f"`{c}`" for c in frames[0].columns)
-    names = [f"rmp_audit_{uuid.uuid4().hex}" for _ in frames]
-    try:
-        for name, frame in zip(names, frames, strict=True):
-            frame.createOrReplaceTempView(name)
-        return spark.sql(" UNION ALL ".join(f"SELECT {columns} FROM {name}" for name in names))
-    finally:
-        for name in names:
-            spark.catalog.dropTempView(name)
 
 
 def render(report: AuditReport, console: Console) -> None:

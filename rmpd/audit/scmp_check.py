@@ -6,24 +6,19 @@ acceptances per (node, group, conn, msg_ts) over all of them covers restarts.
 
 from __future__ import annotations
 
-from pyspark.sql import DataFrame
-from pyspark.sql import functions as F
-
 from .check import Check, example
+from .views import Views
 
 
-def scmp_at_most_once(records: DataFrame) -> Check:
+def scmp_at_most_once(v: Views) -> Check:
     """Count acceptances of each (conn, msg_ts) per member; more than one is a violation."""
-    accepted = (
-        records.where((F.col("event") == "scmp") & F.col("accepted"))
-        .groupBy("node", "group", "conn", "msg_ts")
-        .agg(F.count(F.lit(1)).alias("n"), F.min("view").alias("view"))
-    )
-    bad = accepted.where(F.col("n") > 1)
+    accepted = v.table("scmp-at-most-once: accepted", lambda v: f"""
+        SELECT node, `group`, conn, msg_ts, count(1) AS n, min(view) AS view FROM {v.base}
+        WHERE event = 'scmp' AND accepted GROUP BY node, `group`, conn, msg_ts""")
     return Check(
         "scmp-at-most-once",
-        accepted,
-        example(bad, F.col("node"), F.col("view"), F.col("msg_ts"), detail=F.concat(
-            F.lit("connection "), F.col("conn"), F.lit(" message ts "), F.col("msg_ts").cast("string"),
-            F.lit(" accepted "), F.col("n").cast("string"), F.lit(" times"))),
+        f"SELECT * FROM {accepted}",
+        example(f"{accepted} WHERE n > 1", "node", "view", "msg_ts", detail=(
+            "concat('connection ', conn, ' message ts ', CAST(msg_ts AS STRING), ' accepted ', CAST(n AS STRING), "
+            "' times')")),
     )

@@ -9,8 +9,9 @@ daemons dropped, reformations started).
 
 Data transmissions are counted where they leave: every daemon's ``rmpd_datagrams_total{direction="out",
 type="data"}`` (the metrics endpoint, served on each daemon's own loopback), first sends, retransmissions on a
-timeout and answers to NACKs alike.  Distinct data packets are what a destination's engine delivered
-(``delivered`` counts packets, a packet carrying many packed messages).
+timeout and answers to NACKs alike, as they are handed to the socket (one it refuses counts too).  Distinct data
+packets are what a destination's engine delivered (``delivered`` counts packets, a packet carrying many packed
+messages).  With a rate, tbf's own counters say what each link carried and what its queue dropped.
 """
 
 from __future__ import annotations

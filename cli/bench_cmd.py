@@ -88,15 +88,15 @@ def render_transfers(results: list[dict[str, Any]], console: Console) -> None:
     loss = f", {first['loss']:.0%} loss" if first["loss"] else ""
     table = Table(title=f"rmp bench: transfers over {rate}{loss}: goodput per destination as a fraction of the wire")
     for column in ("dest", "senders", "bytes", "size", "qos", "member", "received", "seconds", "KB/s", "of wire",
-                   "wire B/B", "tx/packet", "ideal", "link drops", "send dropped", "reformations"):
+                   "wire B/B", "tx/packet", "ideal", "link drops", "send dropped", "reformations", "CPU max"):
         table.add_column(column, justify="right")
     for r in results:
         for i, d in enumerate(r["per_destination"]):
             case = [str(r["destinations"]), str(r["senders"]), f"{r['transfer']:,}", str(r["size"]), r["qos"]] \
                 if i == 0 else [""] * 5
             totals = [fmt(r["transmissions_per_packet"], 3), fmt(r["ideal_transmissions_per_packet"], 3),
-                      fmt(r["link_drops"]), f"{r['sender_send_dropped']:,}", str(r["reformations_started"])] \
-                if i == 0 else [""] * 5
+                      fmt(r["link_drops"]), f"{r['sender_send_dropped']:,}", str(r["reformations_started"]),
+                      f"{r['busiest_cpu_fraction']:.0%}"] if i == 0 else [""] * 6
             received = f"{d['received']:,}"
             if not d["complete"]:
                 received = f"[red]{received} of {r['messages']:,}[/red]"

@@ -209,6 +209,7 @@ class TransferBench:
                 "link_drops": link.get("down_drops"),
             })
         complete = all(d["complete"] for d in destinations)
+        elapsed = max(r["last_delivery"] or 0.0 for r in arrived) - begin if complete else timeout
         # Distinct data packets: what every destination delivered, once all have everything.
         packets = max(grew[case.senders + i]["delivered"] for i in range(case.destinations)) if complete else None
         data_out = sum(g["data_out"] for g in grew)
@@ -229,6 +230,10 @@ class TransferBench:
             "reformations_started": max(g["reformations_started"] for g in grew),
             "daemon_counters": grew,
             "daemon_cpu_s": cpu,
+            "client_cpu_s": [r["cpu_s"] for r in [*sent, *arrived]],
+            # The busiest process's share of one core over the transfer: near 1.0, a core rather than the link
+            # may be the limit.
+            "busiest_cpu_fraction": max([*cpu, *(r["cpu_s"] for r in [*sent, *arrived])]) / elapsed,
         }
 
 

@@ -215,8 +215,8 @@ async def transfer(args: argparse.Namespace) -> None:
 
     A destination's result line comes when it is done: ``received`` and the wall-clock times of its first and last
     delivery.  A sender's comes once the group accepted all it posted (``sent``, ``first_send``, ``send_done``,
-    ``undelivered``); it stays in the group, reading, until its stdin closes, so that its leaving is no part of
-    the transfer."""
+    ``undelivered``).  Each says the CPU seconds it used from BEGIN (``cpu_s``).  A sender stays in the group,
+    reading, until its stdin closes, so that its leaving is no part of the transfer."""
     qos = QoS.parse(args.qos)
     payload = b"x" * args.size
     async with joined(args) as group:
@@ -224,6 +224,7 @@ async def transfer(args: argparse.Namespace) -> None:
         emit({"ready": True})
         begin, end = await wait_for_window()
         await trio.sleep(max(0.0, begin - time.time()))
+        cpu_at_begin = time.process_time()
         received = undelivered = sent = 0
         reported = False
         first_send = first_delivery = last_delivery = None
@@ -231,7 +232,8 @@ async def transfer(args: argparse.Namespace) -> None:
 
         def sender_result() -> dict[str, Any]:
             return {"sent": sent, "complete": sent == args.send_count, "first_send": first_send,
-                    "send_done": time.time(), "undelivered": undelivered}
+                    "send_done": time.time(), "undelivered": undelivered,
+                    "cpu_s": time.process_time() - cpu_at_begin}
 
         async def sender() -> None:
             nonlocal sent, first_send, reported
@@ -268,7 +270,7 @@ async def transfer(args: argparse.Namespace) -> None:
         emit(sender_result())
     if args.expect:
         emit({"received": received, "complete": received >= args.expect, "first_delivery": first_delivery,
-              "last_delivery": last_delivery})
+              "last_delivery": last_delivery, "cpu_s": time.process_time() - cpu_at_begin})
 
 
 ROLES = {"raw-send": raw_send, "raw-recv": raw_recv, "member": member, "ping": ping, "pong": pong,

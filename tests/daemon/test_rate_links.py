@@ -47,7 +47,8 @@ def test_a_transfer_to_four_destinations_over_10_mbit_links_completes_and_is_rep
     assert report["transmissions_per_packet"] >= 1.0
     assert report["ideal_transmissions_per_packet"] == 1.0  # no loss asked for
     assert report["sender_send_dropped"] >= 0 and report["reformations_started"] >= 0 and report["link_drops"] >= 0
-    assert len(report["daemon_counters"]) == 5
+    assert len(report["daemon_counters"]) == len(report["daemon_cpu_s"]) == len(report["client_cpu_s"]) == 5
+    assert report["busiest_cpu_fraction"] > 0
 
 
 @needs_root

@@ -117,7 +117,7 @@ def incomplete(result: dict[str, Any]) -> str:
 def bench(
     members: Annotated[list[str] | None, typer.Option(
         "--members", help="Group size; repeat or separate with commas for several (default: 2 3 4 5; with a "
-                          "transfer, 2).")] = None,
+                          "transfer, one destination).")] = None,
     size: Annotated[list[int] | None, typer.Option(
         "--size", min=1, max=60000, help="Message size in bytes; repeat (default: 100 1000 8000).")] = None,
     qos: Annotated[list[str] | None, typer.Option(
@@ -183,8 +183,8 @@ def bench(
         err.print("[red]error:[/red] --rate needs --netns (the rate is set with tbf inside namespaces)")
         raise typer.Exit(2)
     if rate is not None or transfer is not None:
-        transfer_bench(members=member_counts(members) or [2], sizes=size or [1000], qos=qos or ["total"],
-                       senders=senders or [1], bind=bind, netns=netns, loss=loss, rate=rate,
+        transfer_bench(members=member_counts(members) or [max(senders or [1]) + 1], sizes=size or [1000],
+                       qos=qos or ["total"], senders=senders or [1], bind=bind, netns=netns, loss=loss, rate=rate,
                        transfer=transfer or "5MB", timeout=timeout, daemon_config=daemon_config, guard=guard,
                        json_out=json_out)
         return

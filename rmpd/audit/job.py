@@ -42,18 +42,20 @@ SMALL_INPUT_BYTES = 16 * 1024 * 1024
 """Input below this (about sixty thousand journal records) is audited with the settings of ``SMALL_INPUT``."""
 
 SMALL_INPUT = {
-    # Compiling generated Java for every operator of some sixty stages is most of a small audit's time (a
-    # hundred-record trace: about 18 s with code generation, 9 s interpreted); the results are the same.
+    # Compiling generated Java for every operator is most of a small audit's time (a hundred-record trace: about
+    # 18 s with code generation, 9 s interpreted, when it ran sixty stages); the results are the same.
     "spark.sql.codegen.wholeStage": "false",
     "spark.sql.codegen.factoryMode": "NO_CODEGEN",
     # Planning once, without adaptive re-planning, is faster when every stage is a few rows.
     "spark.sql.adaptive.enabled": "false",
+    # What is left to shuffle (the union of every check's tally) is a few rows: one task does it.
+    "spark.sql.shuffle.partitions": "1",
     # Joins of a single-partition table with itself need no exchange when sort-merged; broadcasting a side runs a
     # job of its own for each join.
     "spark.sql.autoBroadcastJoinThreshold": "-1",
-    # A join keeps both sides in their one partition only when Spark knows each is below this size; the estimate of
-    # a table not yet computed is far above any default, and every join then shuffled both sides again.
-    "spark.sql.maxSinglePartitionBytes": str(2**63 - 1),
+    # The size Spark assumes of the records' one-partition table (``read.one_partition_table``): with it every join
+    # keeps its sides in their one partition instead of shuffling them.
+    "spark.sql.defaultSizeInBytes": "1",
 }
 """Session settings for a small input (set for the audit, then put back: a session may be shared)."""
 
@@ -61,13 +63,13 @@ SMALL_INPUT = {
 @contextlib.contextmanager
 def sized_for_input(spark: SparkSession, paths: list[str]) -> Iterator[bool]:
     """Run the audit with settings that suit the input's size, yielding whether it is small: a small input gets
-    ``SMALL_INPUT``, and as many shuffle and read partitions as worker threads (a few per thread only pay off when
-    each has much to do)."""
+    ``SMALL_INPUT``, and as many read partitions as worker threads (a few per thread only pay off when each has
+    much to do)."""
     if not paths or input_bytes(spark, paths) >= SMALL_INPUT_BYTES:
         yield False
         return
     threads = str(spark.sparkContext.defaultParallelism)
-    wanted = {**SMALL_INPUT, "spark.sql.shuffle.partitions": threads, "spark.sql.files.minPartitionNum": threads}
+    wanted = {**SMALL_INPUT, "spark.sql.files.minPartitionNum": threads}
     before = {name: spark.conf.get(name, None) for name in wanted}
     for name, value in wanted.items():
         spark.conf.set(name, value)

@@ -34,6 +34,11 @@ _QUIET_ARCHIVE = "-Xlog:cds*=off"
 
 _QUICK_START = ("-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC")
 
+ARCHIVE_GENERATION = 2
+"""Part of the archive's name: raised when the audit's queries change what Spark loads (generation 2: checks as
+SQL text, which loads Spark's SQL parser), so that an upgraded auditor writes an archive of its own classes
+instead of mapping one that lacks them."""
+
 
 class JvmLaunch:
     """Starts the JVM of one audit with its options and, if it writes the archive, puts the archive in place once
@@ -94,7 +99,7 @@ def archive_path(cache_home: str | None = None) -> Path:
     trying the stale one."""
     java_home = os.environ.get("JAVA_HOME")
     java = Path(java_home, "bin", "java") if java_home else Path(shutil.which("java") or "java")
-    identity = f"{java.resolve()}|{pyspark.__version__}|{Path(pyspark.__file__).parent}"
+    identity = f"{java.resolve()}|{pyspark.__version__}|{Path(pyspark.__file__).parent}|{ARCHIVE_GENERATION}"
     digest = hashlib.sha256(identity.encode()).hexdigest()[:16]
     cache = Path(cache_home or os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
     return cache / "rmpd" / f"spark-classes-{digest}.jsa"

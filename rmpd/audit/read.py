@@ -16,6 +16,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from py4j.protocol import Py4JError
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
@@ -136,11 +137,29 @@ def read_journals(spark: SparkSession, paths: list[str], one_partition: bool = F
         # Not cached again: copying every record to add ``pos`` cost more than looking it up where a check sorts on it.
         return Journals(records, count, (lines,))
     # A small input is copied once more, with ``pos``, into one partition of its own: every check then reads one
-    # table that Spark knows needs no shuffle for any key or join, instead of a broadcast join in every branch of
-    # every check (a cache of that join would not do: Spark shuffled both sides of every join over it again).
-    records = records.localCheckpoint()
+    # table that needs no shuffle for any key or join, instead of a broadcast join in every branch of every check.
+    records = one_partition_table(spark, records.localCheckpoint())
     lines.unpersist()
     return Journals(records, count, ())
+
+
+def one_partition_table(spark: SparkSession, computed: DataFrame) -> DataFrame:
+    """``computed`` (a checkpoint: its rows are kept, not recomputed) as a one-partition table of no known size.
+
+    Spark keeps a join of two single-partition sides in one partition only when it estimates each side below
+    ``spark.sql.maxSinglePartitionBytes``, and its estimate of a join is the product of its sides' estimates: over
+    the records of even a small trace, every join of a join was estimated above any limit and shuffled both sides
+    again (some forty stages of a few rows each).  Rows read from an RDD have no estimate but
+    ``spark.sql.defaultSizeInBytes``, which a small input is planned with set to 1.  The table is made by
+    ``SparkSession.internalCreateDataFrame``, which PySpark does not wrap; should a Spark version lack it, the
+    checkpoint itself is used, with the same results.
+    """
+    jdf = computed._jdf
+    try:
+        fresh = spark._jsparkSession.internalCreateDataFrame(jdf.queryExecution().toRdd(), jdf.schema(), False)
+    except Py4JError:
+        return computed
+    return DataFrame(fresh, spark).coalesce(1)
 
 
 _READ_FAILED = re.compile(r"Encountered error while reading file (\S+?)\.?\s")

@@ -30,10 +30,10 @@ def test_a_small_input_is_audited_with_small_settings_which_are_put_back(spark: 
     session_had = spark.conf.get("spark.sql.adaptive.enabled")
     spark.conf.set("spark.sql.adaptive.enabled", "true")  # as a session of its own would have it
     try:
-        before = {name: spark.conf.get(name, None) for name in (*SMALL_INPUT, "spark.sql.shuffle.partitions")}
+        before = {name: spark.conf.get(name, None) for name in (*SMALL_INPUT, "spark.sql.files.minPartitionNum")}
         with sized_for_input(spark, [str(small)]):
             assert {name: spark.conf.get(name) for name in SMALL_INPUT} == SMALL_INPUT
-            assert spark.conf.get("spark.sql.shuffle.partitions") == str(spark.sparkContext.defaultParallelism)
+            assert spark.conf.get("spark.sql.files.minPartitionNum") == str(spark.sparkContext.defaultParallelism)
         assert {name: spark.conf.get(name, None) for name in before} == before
         with sized_for_input(spark, [str(tmp_path)]):  # the directory holds both: large
             assert spark.conf.get("spark.sql.adaptive.enabled") == "true"

@@ -308,6 +308,12 @@ class GroupEngine(PacketIntake, MembershipEnding, ReformationSide):
         else:
             self._progress(now)
 
+    def set_link_busy(self, busy: bool, now: float) -> None:
+        """The process's socket cannot take more data (or can again): ``Sender.set_link_busy``."""
+        self.sender.set_link_busy(busy, self.views.current.view_id, now)
+        if not busy:
+            self._progress(now)
+
     def request_change(self, op: str, arg: int | None, now: float) -> int:
         """Ask the token site for a view change (leave, lock, unlock); the answer comes back in order."""
         request_id = self.changes.issue(op, arg, now)

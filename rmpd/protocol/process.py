@@ -192,6 +192,13 @@ class RmpProcess(PacketRouting, Joining):
             engine.set_overrun(overrun, now)
             self._collect(now)
 
+    def set_link_busy(self, busy: bool, now: float) -> None:
+        """The socket every group's datagrams leave from is full (or drained): back-pressure for every group's
+        sender (``Sender.set_link_busy``)."""
+        for engine in self.engines.values():
+            engine.set_link_busy(busy, now)
+        self._collect(now)
+
     def lock(self, group: str, lock: int, now: float) -> int:
         request_id = self._engine(group).lock(lock, now)
         self._collect(now)

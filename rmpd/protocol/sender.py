@@ -44,6 +44,9 @@ class Sender:
         """Send -> ordering time of our own packets: the data retransmission timer."""
         self.first_sent: dict[int, float] = {}
         """When each outstanding packet of ours was sent, for packets not retransmitted (Karn's rule)."""
+        self.link_busy = False
+        """The runtime's socket holds data it could not send yet: nothing new goes out, nor a resend (see
+        :meth:`set_link_busy`)."""
 
     def unordered_seqs(self) -> tuple[int, ...]:
         """Sequence numbers of own messages accepted and not yet ordered (sent or still queued), each once."""
@@ -108,8 +111,23 @@ class Sender:
         self.next_unreliable_seq += 1
         return Data(view_id, self.pid, seq, qos, handler, payload)
 
+    def set_link_busy(self, busy: bool, view_id: ViewId, now: float) -> None:
+        """Back-pressure from below: while the process's socket cannot take more data, packets stay in the send
+        queue (where later messages still pack into them) instead of waiting in the runtime as datagrams the
+        window counts in flight; the data timer does not resend either, since a packet not yet on the wire is
+        not lost, and it is restarted rather than backed off, so a busy link is never taken for a failed ring.
+        When the socket drains, the window fills again."""
+        self.link_busy = busy
+        if busy:
+            if self.rto.deadline is not None:
+                self._start_rto(now)
+        else:
+            self.fill_window(view_id, now)
+
     def fill_window(self, view_id: ViewId, now: float) -> None:
-        """Send queued packets while the window (bytes and packets in flight) allows."""
+        """Send queued packets while the window (bytes and packets in flight) allows and the link takes them."""
+        if self.link_busy:
+            return
         queue = self.send_queue
         while queue and len(self.outstanding) < self.config.window_packets and self.window.may_send(queue[0].size):
             packet = queue.popleft().packet(view_id, self.pid)
@@ -132,6 +150,9 @@ class Sender:
     def data_timer_due(self, now: float, multicast: Callable[[Data, float], object]) -> bool:
         """The data timer expired: retransmit (``retransmit``); False, with the timer stopped, when its retries
         are exhausted (a member is taken for failed)."""
+        if self.link_busy:
+            self._start_rto(now)
+            return True
         if self.rto.exhausted(self.config.fail_retries, now):
             self.rto.stop()
             return False

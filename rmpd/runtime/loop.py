@@ -107,6 +107,7 @@ class ProcessLoop:
         self.metrics = LoopMetrics(self)
         self.routes = GroupRoutes(DatagramSender(self.sock, self.stats), self.guard, self.stats,
                                   self.metrics.datagrams_out, address_range=address_range, default_ttl=ttl, via=via)
+        self.routes.sender.on_busy = self._link_busy
         self.listeners = MulticastListeners(ip)
         self._nursery: trio.Nursery | None = None
         self._timer_scope: trio.CancelScope | None = None
@@ -414,6 +415,12 @@ class ProcessLoop:
             self._idle.set()
         self._room.set()
         return events
+
+    def _link_busy(self, busy: bool) -> None:
+        """The socket holds data it could not send yet (or has sent the last of it): the process's senders wait
+        (or fill their windows again, in a step of their own)."""
+        self.process.set_link_busy(busy, trio.current_time())
+        self._taken()
 
     def _persist(self, value: int) -> None:
         """Write ``latest`` durably off the loop, then tell the process (which only then accepts up to it)."""

@@ -94,6 +94,9 @@ class DatagramSender:
         """Set when something waits: :meth:`flush_forever` wakes on it."""
         self._no_buffers = False
         """The last send failed with ENOBUFS, which leaves the socket writable: wait a moment instead."""
+        self.on_busy: Callable[[bool], None] | None = None
+        """Told when data starts waiting here (True) and when the last of it has gone (False): the process's
+        back-pressure (``RmpProcess.set_link_busy``)."""
 
     def send(self, data: bytes, addr: tuple[str, int], ttl: int | None = None, *, bulk: bool = False) -> None:
         """Send ``data`` now, or queue it while the socket is full; ``bulk``: a data packet, which waits behind
@@ -131,13 +134,17 @@ class DatagramSender:
         if self.waiting_bytes + len(data) > SEND_BACKLOG_BYTES:
             self.stats["send_dropped"] += 1
             return
+        became_busy = queue is self.waiting_data and not queue
         queue.append((data, addr, ttl))
         self.waiting_bytes += len(data)
         self.stats["send_deferred"] += 1
         self._backlog.set()
+        if became_busy and self.on_busy is not None:
+            self.on_busy(True)
 
     def flush(self) -> bool:
         """Send what waits, control first, while the socket takes it; True when nothing waits any more."""
+        had_data = bool(self.waiting_data)
         for queue in (self.waiting_control, self.waiting_data):
             while queue:
                 data, addr, ttl = queue[0]
@@ -145,6 +152,8 @@ class DatagramSender:
                     return False
                 queue.popleft()
                 self.waiting_bytes -= len(data)
+        if had_data and self.on_busy is not None:
+            self.on_busy(False)
         return True
 
     async def flush_forever(self) -> None:

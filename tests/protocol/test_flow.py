@@ -348,3 +348,28 @@ def test_delay_window_reads_loss_with_the_queue() -> None:
     before = queued.window
     assert queued.nack_named(1, 1.0, 0.01)
     assert queued.window == max(before // 2, queued.min_window)
+
+
+def test_a_busy_link_holds_new_packets_and_resends_and_is_never_taken_for_a_failure() -> None:
+    """While the runtime's socket is full, nothing new leaves and nothing is resent (a packet that has not left is
+    not lost), the data timer does not count towards failure, and later messages pack into the held packets; once
+    it drains, the window fills again and every member delivers everything in one order."""
+    ring = Ring(3, EngineConfig(journal=True))
+    sender_pid = ring.pids[1]
+    ring.drop = lambda src, dst, packet: src == sender_pid and isinstance(packet, Data)  # the first packet is lost
+    first = ring.send(1, b"first", QoS.TOTAL)
+    ring.flush()
+    ring.do(1, lambda engine, now: engine.set_link_busy(True, now))
+    for i in range(10):
+        ring.send(1, f"m{i}".encode(), QoS.TOTAL)
+    ring.drop = lambda src, dst, packet: False
+    ring.advance(10.0)  # twice the failure timeout
+    assert ring[1].stats["data_retransmits"] == 0  # the data timer resent nothing (NACKs are still answered)
+    assert not [p for src, _, p in ring.log if src == sender_pid and isinstance(p, Data) and p.seq != first]
+    assert all(ring.engines[pid].views.current.size == 3 for pid in ring.pids)  # nobody taken for failed
+    assert ring.delivered(0) == [b"first"]  # repaired through NACKs
+    assert len(ring[1].sender.send_queue) == 1  # the ten messages wait packed in one packet
+    ring.do(1, lambda engine, now: engine.set_link_busy(False, now))
+    ring.advance(2.0)
+    expected = [b"first"] + [f"m{i}".encode() for i in range(10)]
+    assert [ring.delivered(i) for i in range(3)] == [expected] * 3

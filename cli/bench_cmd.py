@@ -87,8 +87,10 @@ def render_transfers(results: list[dict[str, Any]], console: Console) -> None:
     rate = f"links at {first['rate']}" if first["rate"] else "unshaped links"
     loss = f", {first['loss']:.0%} loss" if first["loss"] else ""
     table = Table(title=f"rmp bench: transfers over {rate}{loss}: goodput per destination as a fraction of the wire")
+    probing = "probe_p99_ms" in first
     for column in ("dest", "senders", "bytes", "size", "qos", "member", "received", "seconds", "KB/s", "of wire",
-                   "wire B/B", "tx/packet", "ideal", "link drops", "send dropped", "reformations", "CPU max"):
+                   "wire B/B", "tx/packet", "ideal", "link drops", "send dropped", "reformations", "CPU max",
+                   *(("probes", "probe p50 ms", "probe p99 ms", "probe max ms") if probing else ())):
         table.add_column(column, justify="right")
     for r in results:
         for i, d in enumerate(r["per_destination"]):
@@ -101,9 +103,18 @@ def render_transfers(results: list[dict[str, Any]], console: Console) -> None:
             if not d["complete"]:
                 received = f"[red]{received} of {r['messages']:,}[/red]"
             rate_kb = d["goodput_bytes_per_s"] / 1000 if d["goodput_bytes_per_s"] is not None else None
+            probes = probe_cells(r) if probing and i == 0 else [""] * 4 if probing else []
             table.add_row(*case, str(d["member"]), received, fmt(d["seconds"], 2), fmt(rate_kb),
-                          fmt(d["wire_fraction"], 3), fmt(d["wire_bytes_per_payload_byte"], 3), *totals)
+                          fmt(d["wire_fraction"], 3), fmt(d["wire_bytes_per_payload_byte"], 3), *totals, *probes)
     console.print(table)
+
+
+def probe_cells(result: dict[str, Any]) -> list[str]:
+    """The case's probe: messages timed over every destination (and those missing), p50, p99, max."""
+    timed = f"{result['probes_timed']:,}"
+    if result["probes_missing"]:
+        timed += f" [red]({result['probes_missing']:,} missing)[/red]"
+    return [timed, *(fmt(result[name], 1) for name in ("probe_p50_ms", "probe_p99_ms", "probe_max_ms"))]
 
 
 def incomplete(result: dict[str, Any]) -> str:
@@ -144,6 +155,9 @@ def bench(
              "members (default with --rate: 5MB).")] = None,
     timeout: Annotated[float | None, typer.Option(
         min=1.0, help="Seconds a transfer may take (default: 4 times its time at the rate, plus 30).")] = None,
+    probe: Annotated[float | None, typer.Option(
+        min=0.1, max=1000.0, help="With a transfer: a client on the first destination's host sends this many "
+                                  "100-byte total-order messages a second meanwhile; report their latency.")] = None,
     daemon_config: Annotated[Path | None, typer.Option(
         "--daemon-config", exists=True, dir_okay=False,
         help="The daemons' config file (e.g. [timers] max_packet); the bench's join timers override its own.")]
@@ -160,7 +174,8 @@ def bench(
 
     With --rate or --transfer, the RMP paper's transfer test instead: the senders transfer the given size to the
     members that do not send; per destination its goodput as a fraction of the wire and its transfer time, and
-    data transmissions per packet beside the ideal for the group's size and loss.
+    data transmissions per packet beside the ideal for the group's size and loss.  With --probe, the latency of
+    a light stream of small total-order messages sent meanwhile.
     """
     from rmpd.bench.run import Bench, BenchError, Hosts
     from rmpd.daemon.probe import multicast_loops
@@ -182,11 +197,14 @@ def bench(
     if rate is not None and not netns:
         err.print("[red]error:[/red] --rate needs --netns (the rate is set with tbf inside namespaces)")
         raise typer.Exit(2)
+    if probe is not None and rate is None and transfer is None:
+        err.print("[red]error:[/red] --probe goes with a transfer (--rate or --transfer)")
+        raise typer.Exit(2)
     if rate is not None or transfer is not None:
         transfer_bench(members=member_counts(members) or [max(senders or [1]) + 1], sizes=size or [1000],
                        qos=qos or ["total"], senders=senders or [1], bind=bind, netns=netns, loss=loss, rate=rate,
-                       transfer=transfer or "5MB", timeout=timeout, daemon_config=daemon_config, guard=guard,
-                       json_out=json_out)
+                       transfer=transfer or "5MB", timeout=timeout, probe=probe, daemon_config=daemon_config,
+                       guard=guard, json_out=json_out)
         return
     if not netns and not multicast_loops(bind):
         err.print(f"[red]error:[/red] multicast does not loop back on {bind}; as root: ip route add 224.0.0.0/4 dev lo")
@@ -229,7 +247,7 @@ def print_json(results: list[dict[str, Any]]) -> None:
 
 def transfer_bench(*, members: list[int], sizes: list[int], qos: list[str], senders: list[int], bind: str,
                    netns: bool, loss: float, rate: str | None, transfer: str, timeout: float | None,
-                   daemon_config: Path | None, guard: str, json_out: bool) -> None:
+                   probe: float | None, daemon_config: Path | None, guard: str, json_out: bool) -> None:
     """``rmp bench --rate`` / ``--transfer``: each case a transfer; exit 1 when one did not complete in time."""
     from rmpd.bench.run import Bench, BenchError, Hosts
     from rmpd.bench.transfer import TransferBench, TransferCase, parse_rate, parse_size
@@ -267,7 +285,7 @@ def transfer_bench(*, members: list[int], sizes: list[int], qos: list[str], send
         bench = Bench(Path(tmp), seconds=0, guard=guard, hosts=hosts, daemon_config=daemon_config,
                       daemon_args=["--metrics", "127.0.0.1:0"],
                       progress=lambda text: progress.update(task, description=text))
-        runner = TransferBench(bench, rate=rate, timeout=timeout)
+        runner = TransferBench(bench, rate=rate, timeout=timeout, probe=probe)
         try:
             for case in cases:
                 results.append(runner.run(case))

@@ -12,6 +12,12 @@ type="data"}`` (the metrics endpoint, served on each daemon's own loopback), fir
 timeout and answers to NACKs alike, as they are handed to the socket (one it refuses counts too).  Distinct data
 packets are what a destination's engine delivered (``delivered`` counts packets, a packet carrying many packed
 messages).  With a rate, tbf's own counters say what each link carried and what its queue dropped.
+
+With a probe, one more client, on the first destination's host (a member that does not send the transfer), sends
+small total-order messages at a steady rate while the transfer runs, each stamped with its send time; every
+destination times each one from that stamp to its delivery there (one machine, one clock).  Only probes sent while
+the transfer was running count: from its first send to that destination's last delivery of it.  A probe sent then
+and never delivered there is counted as missing, not timed.
 """
 
 from __future__ import annotations
@@ -25,7 +31,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from .daemons import DaemonProcess
-from .run import Bench, BenchError, Worker
+from .run import Bench, BenchError, Worker, percentile
 
 RATE_UNITS = {
     "bit": 1, "kbit": 1e3, "mbit": 1e6, "gbit": 1e9, "tbit": 1e12,
@@ -39,6 +45,8 @@ COUNTERS = ("send_dropped", "send_errors", "reformations_started", "reformations
             "nacks_answered", "nack_resends_suppressed", "nacks_sent", "tail_nacks_sent", "gap_nacks_sent",
             "window_halved_nack", "window_halved_timeout", "delivered", "datagrams_sent")
 """The daemons' counters a transfer reports (their growth during it)."""
+PROBE_SIZE = 100
+"""Bytes of a probe's message: small, as a control or chat message beside a bulk transfer."""
 START_DELAY = 0.5
 """Seconds between telling the workers when to begin and the beginning, so that all begin together."""
 DATA_OUT = re.compile(r'^rmpd_datagrams_total\{direction="out",type="data"\} (\S+)$', re.MULTILINE)
@@ -113,8 +121,10 @@ def default_timeout(transfer: int, rate_bytes: float | None) -> float:
 class TransferBench:
     """Transfer cases on the daemons of ``bench`` (started with their metrics on their own loopback)."""
 
-    def __init__(self, bench: Bench, *, rate: str | None, timeout: float | None) -> None:
+    def __init__(self, bench: Bench, *, rate: str | None, timeout: float | None, probe: float | None = None) -> None:
+        """``probe``: messages a second of the light stream sent beside each transfer (None: no probe)."""
         self.bench = bench
+        self.probe = probe
         self.rate = rate
         self.rate_bytes = parse_rate(rate) if rate else None
         self.timeout = timeout
@@ -131,8 +141,13 @@ class TransferBench:
         shares = [case.messages // case.senders + (i < case.messages % case.senders) for i in range(case.senders)]
         specs = [("transfer", i, [*common, "--socket", str(daemons[i].socket), "--send-count", str(shares[i])])
                  for i in range(case.senders)]
-        specs += [("transfer", i, [*common, "--socket", str(daemons[i].socket), "--expect", str(case.messages)])
-                  for i in range(case.senders, case.members)]
+        probing = ["--probes"] if self.probe else []
+        specs += [("transfer", i, [*common, "--socket", str(daemons[i].socket), "--expect", str(case.messages),
+                                   *probing]) for i in range(case.senders, case.members)]
+        if self.probe:
+            specs.append(("probe", case.senders, ["--group", group, "--members", str(case.members), "--qos", "total",
+                                                  "--size", str(PROBE_SIZE), "--probe-rate", str(self.probe),
+                                                  "--socket", str(daemons[case.senders].socket)]))
         bench.progress(f"{case.label()}: joining")
         workers = bench.group_workers(specs)
         timeout = self.timeout or default_timeout(case.transfer, self.rate_bytes)
@@ -146,20 +161,25 @@ class TransferBench:
             for w in workers:
                 w.start(begin, deadline)
             bench.progress(f"{case.label()}: transferring (at most {timeout:.0f} s)")
-            arrived = [w.result(timeout=deadline - time.time() + 30) for w in workers[case.senders:]]
+            arrived = [w.result(timeout=deadline - time.time() + 30)
+                       for w in workers[case.senders:case.members]]
             cpu = [after - earlier for after, earlier in zip([d.cpu_seconds() for d in daemons], cpu_before,
                                                              strict=True)]
             after = [self._counters(i, d) for i, d in enumerate(daemons)]
             sent = [self._sender_result(w) for w in workers[:case.senders]]
+            probed = [self._sender_result(w) for w in workers[case.members:]]
         finally:
             for w in workers:
                 w.kill()
-        return self._report(case, begin, timeout, sent, arrived, before, after, cpu)
+        report = self._report(case, begin, timeout, sent, arrived, before, after, cpu)
+        if self.probe:
+            report.update(self._probe_report(report, arrived, probed[0]))
+        return report
 
     @staticmethod
     def _sender_result(worker: Worker) -> dict[str, Any]:
-        """The sender's line (written once the group accepted all it posted, or at the deadline), once its stdin
-        is closed, which lets it leave the group."""
+        """The sender's line (written once the group accepted all it posted, or at the deadline; the probe's once
+        it stopped), once its stdin is closed, which lets it leave the group."""
         worker.close_input()
         return worker.result(timeout=30)
 
@@ -217,6 +237,7 @@ class TransferBench:
         return {
             **asdict(case), "destinations": case.destinations, "messages": case.messages,
             "rate": self.rate, "rate_bytes_per_s": self.rate_bytes, "loss": loss, "timeout": timeout,
+            "begin": begin, "first_send": first_send,
             "complete": complete,
             "sent": [s["sent"] for s in sent],
             "undelivered": sum(s["undelivered"] for s in sent),
@@ -235,6 +256,31 @@ class TransferBench:
             # may be the limit.
             "busiest_cpu_fraction": max([*cpu, *(r["cpu_s"] for r in [*sent, *arrived])]) / elapsed,
         }
+
+    def _probe_report(self, report: dict[str, Any], arrived: list[dict[str, Any]],
+                      probe: dict[str, Any]) -> dict[str, Any]:
+        """The probe's latency while the transfer ran: per destination (added to its entry) and over all of them
+        (``probe_p50_ms``, ``probe_p99_ms``, ``probe_max_ms``)."""
+        first_send = report["first_send"]
+        everyone: list[float] = []
+        missing = 0
+        for destination, result in zip(report["per_destination"], arrived, strict=True):
+            until = result["last_delivery"] if result["complete"] else report["begin"] + report["timeout"]
+            due = [t for t in probe["sent_at"] if first_send <= t <= until]
+            timed = {sent_at: latency * 1000 for sent_at, latency in result["probes"] if first_send <= sent_at <= until}
+            latencies = sorted(timed.values())
+            everyone += latencies
+            missing += len(due) - len(timed)
+            destination.update({"probes": len(due), "probes_missing": len(due) - len(timed),
+                                **probe_figures(latencies)})
+        return {"probe_rate": self.probe, "probe_size": PROBE_SIZE, "probes_sent": len(probe["sent_at"]),
+                "probes_timed": len(everyone), "probes_missing": missing, **probe_figures(everyone),
+                "client_cpu_s": [*report["client_cpu_s"], probe["cpu_s"]]}
+
+
+def probe_figures(latencies_ms: list[float]) -> dict[str, float | None]:
+    return {"probe_p50_ms": percentile(latencies_ms, 0.5), "probe_p99_ms": percentile(latencies_ms, 0.99),
+            "probe_max_ms": max(latencies_ms, default=None)}
 
 
 __all__ = ["TransferBench", "TransferCase", "default_timeout", "ideal_transmissions", "parse_rate", "parse_size"]

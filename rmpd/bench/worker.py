@@ -12,13 +12,17 @@ Roles:
                          sends (``--send``) and/or counts deliveries (``--count``)
   ping / pong            latency at light load: one message out, the answer back, one at a time
   transfer               a transfer of a given size (the RMP paper's section 5 test): sends ``--send-count``
-                         messages from BEGIN, and/or reads until ``--expect`` deliveries arrived or END passed
+                         messages from BEGIN, and/or reads until ``--expect`` deliveries arrived or END passed;
+                         with ``--probes``, also times the probe's messages it delivers
+  probe                  a light stream beside a transfer: ``--probe-rate`` small messages a second from BEGIN,
+                         each stamped with its send time, until stdin closes or END passed
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import struct
 import sys
 import time
 from collections.abc import AsyncIterator
@@ -38,6 +42,9 @@ from rmpd.runtime.sockets import MAX_DATAGRAM, open_multicast, open_unicast
 RAW_BATCH = 64
 """Datagrams read or sent between checks of the clock, as the daemon's receive loop batches them."""
 PING_PREFIX, PONG_PREFIX = b"P", b"R"
+PROBE_PREFIX = b"Q"
+PROBE_STAMP = struct.Struct("!d")
+"""A probe message: PROBE_PREFIX, its wall-clock send time, padding.  A transfer's own messages are b"x"s."""
 DRAIN_QUIET, DRAIN_LIMIT = 1.0, 20.0
 """After the window a member keeps reading until no delivery came for DRAIN_QUIET seconds (at most DRAIN_LIMIT),
 so that what it received in all can be set against what was sent: losses still being repaired arrive then."""
@@ -216,7 +223,12 @@ async def transfer(args: argparse.Namespace) -> None:
     A destination's result line comes when it is done: ``received`` and the wall-clock times of its first and last
     delivery.  A sender's comes once the group accepted all it posted (``sent``, ``first_send``, ``send_done``,
     ``undelivered``).  Each says the CPU seconds it used from BEGIN (``cpu_s``).  A sender stays in the group,
-    reading, until its stdin closes, so that its leaving is no part of the transfer."""
+    reading, until its stdin closes, so that its leaving is no part of the transfer.
+
+    With ``--probes`` a destination tells the probe's messages (``probe`` role) from the transfer's, counts only the
+    transfer's, and reports each probe's send time and latency (``probes``: pairs of seconds).  Once its transfer
+    is complete it reads on until it delivers a probe sent after its last delivery (or END): the probe comes from
+    one sender in total order, so every earlier probe has been delivered by then."""
     qos = QoS.parse(args.qos)
     payload = b"x" * args.size
     async with joined(args) as group:
@@ -228,6 +240,7 @@ async def transfer(args: argparse.Namespace) -> None:
         received = undelivered = sent = 0
         reported = False
         first_send = first_delivery = last_delivery = None
+        probes: list[tuple[float, float]] = []
         done = trio.Event()
 
         def sender_result() -> dict[str, Any]:
@@ -247,15 +260,34 @@ async def transfer(args: argparse.Namespace) -> None:
             await trio.to_thread.run_sync(sys.stdin.read, abandon_on_cancel=True)  # until the bench closes it
             done.set()
 
+        def timed_probes(batch: list[Any], now: float) -> int:
+            """Record the batch's probes; returns how many deliveries in it were probes."""
+            count = 0
+            for event in batch:
+                if type(event) is rmpd.Delivery and event.payload[:1] == PROBE_PREFIX:
+                    (sent_at,) = PROBE_STAMP.unpack_from(event.payload, 1)
+                    probes.append((sent_at, now - sent_at))
+                    count += 1
+            return count
+
+        def finished() -> bool:
+            if not args.expect or received < args.expect:
+                return False
+            return not args.probes or (bool(probes) and last_delivery is not None and probes[-1][0] > last_delivery)
+
         async def reader() -> None:
             nonlocal received, undelivered, first_delivery, last_delivery
             async for batch in group.batches():
                 n = list(map(type, batch)).count(rmpd.Delivery)
                 if n:
-                    received += n
-                    last_delivery = time.time()
-                    first_delivery = first_delivery or last_delivery
-                    if args.expect and received >= args.expect:
+                    now = time.time()
+                    if args.probes:
+                        n -= timed_probes(batch, now)
+                    if n:
+                        received += n
+                        last_delivery = now
+                        first_delivery = first_delivery or last_delivery
+                    if finished():
                         done.set()
                 undelivered += sum(len(e.seqs) for e in batch if isinstance(e, rmpd.Undelivered))
 
@@ -270,11 +302,48 @@ async def transfer(args: argparse.Namespace) -> None:
         emit(sender_result())
     if args.expect:
         emit({"received": received, "complete": received >= args.expect, "first_delivery": first_delivery,
-              "last_delivery": last_delivery, "cpu_s": time.process_time() - cpu_at_begin})
+              "last_delivery": last_delivery, "cpu_s": time.process_time() - cpu_at_begin,
+              **({"probes": probes} if args.probes else {})})
+
+
+async def probe(args: argparse.Namespace) -> None:
+    """Send ``--probe-rate`` messages a second of ``--size`` bytes from BEGIN, on a fixed schedule (a late send
+    does not shift the ones after it), each stamped with the wall-clock time it is handed to the client library,
+    until stdin closes or END passed.  Reads the group's events meanwhile, as any member must.  Reports the send
+    times (``sent_at``) and its CPU seconds."""
+    qos = QoS.parse(args.qos)
+    pad = b"x" * max(0, args.size - 1 - PROBE_STAMP.size)
+    interval = 1.0 / args.probe_rate
+    async with joined(args) as group:
+        await wait_members(group, args.members)
+        emit({"ready": True})
+        begin, end = await wait_for_window()
+        await trio.sleep(max(0.0, begin - time.time()))
+        cpu_at_begin = time.process_time()
+        sent_at: list[float] = []
+
+        async def sender() -> None:
+            while (due := begin + len(sent_at) * interval) < end:
+                await trio.sleep(max(0.0, due - time.time()))
+                now = time.time()
+                await group.post(PROBE_PREFIX + PROBE_STAMP.pack(now) + pad, qos=qos)
+                sent_at.append(now)
+
+        async def reader() -> None:
+            async for _batch in group.batches():
+                pass
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(sender)
+            nursery.start_soon(reader)
+            with trio.move_on_at(trio.current_time() + (end - time.time())):
+                await trio.to_thread.run_sync(sys.stdin.read, abandon_on_cancel=True)  # until the bench closes it
+            nursery.cancel_scope.cancel()
+    emit({"sent_at": sent_at, "cpu_s": time.process_time() - cpu_at_begin})
 
 
 ROLES = {"raw-send": raw_send, "raw-recv": raw_recv, "member": member, "ping": ping, "pong": pong,
-         "transfer": transfer}
+         "transfer": transfer, "probe": probe}
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -293,6 +362,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--count", action="store_true", help="member: count deliveries inside the window")
     parser.add_argument("--send-count", type=int, default=0, help="transfer: messages to send")
     parser.add_argument("--expect", type=int, default=0, help="transfer: deliveries to wait for")
+    parser.add_argument("--probes", action="store_true", help="transfer: time the probe's messages it delivers")
+    parser.add_argument("--probe-rate", type=float, default=10.0, help="probe: messages per second")
     parser.add_argument("--auth-key", help="group key file (--embedded)")
     parser.add_argument("--encrypt", action="store_true", help="encrypt bodies too (--embedded)")
     args = parser.parse_args(argv)

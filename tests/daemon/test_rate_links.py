@@ -1,6 +1,7 @@
 """Links with a rate: ``rmp bench --netns --rate`` transfers a given size from one sender to four members that only
 receive, over namespace hosts whose every link tbf holds to 10 Mb/s both ways, and reports each destination's share
-of the wire, its transfer time, and data transmissions per packet beside the ideal.
+of the wire, its transfer time, and data transmissions per packet beside the ideal; with ``--probe``, the latency of
+small total-order messages sent meanwhile.
 
 The transfer needs root (as in CI, where it must run, not skip).
 """
@@ -26,7 +27,7 @@ SIZE = 1000
 def test_a_transfer_to_four_destinations_over_10_mbit_links_completes_and_is_reported() -> None:
     env = {**os.environ, "RMP_BENCH_NETNS_PREFIX": f"rmpr{os.getpid() % 1000}x"}
     result = subprocess.run([RMP, "bench", "--netns", "--rate", "10mbit", "--members", "5", "--transfer",
-                             f"{TRANSFER}B", "--size", str(SIZE), "--timeout", "60", "--json"],
+                             f"{TRANSFER}B", "--size", str(SIZE), "--timeout", "60", "--probe", "10", "--json"],
                             capture_output=True, text=True, timeout=180, env=env)
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout.strip().splitlines()[-1])
@@ -47,8 +48,17 @@ def test_a_transfer_to_four_destinations_over_10_mbit_links_completes_and_is_rep
     assert report["transmissions_per_packet"] >= 1.0
     assert report["ideal_transmissions_per_packet"] == 1.0  # no loss asked for
     assert report["sender_send_dropped"] >= 0 and report["reformations_started"] >= 0 and report["link_drops"] >= 0
-    assert len(report["daemon_counters"]) == len(report["daemon_cpu_s"]) == len(report["client_cpu_s"]) == 5
+    assert len(report["daemon_counters"]) == len(report["daemon_cpu_s"]) == 5
+    assert len(report["client_cpu_s"]) == 6  # the transfer's five and the probe's
     assert report["busiest_cpu_fraction"] > 0
+    # The probe: 10 messages a second from the transfer's start, which takes at least 0.24 s at the rate: each
+    # destination times at least the one sent 0.1 s in.
+    assert report["probe_rate"] == 10 and report["probes_sent"] >= 2
+    assert report["probes_timed"] >= len(destinations) and report["probes_missing"] >= 0
+    for figures in (report, *destinations):
+        assert 0 < figures["probe_p50_ms"] <= figures["probe_p99_ms"] <= figures["probe_max_ms"]
+    for d in destinations:
+        assert d["probes"] >= 1 and 0 <= d["probes_missing"] < d["probes"]
 
 
 @needs_root
@@ -71,6 +81,11 @@ def test_an_unknown_rate_is_refused_before_anything_starts() -> None:
     result = subprocess.run([RMP, "bench", "--netns", "--rate", "10 furlongs"], capture_output=True, text=True,
                             timeout=60)
     assert result.returncode == 2 and "10 furlongs" in result.stderr
+
+
+def test_a_probe_without_a_transfer_is_refused_before_anything_starts() -> None:
+    result = subprocess.run([RMP, "bench", "--probe", "10"], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2 and "--probe" in result.stderr
 
 
 def test_rates_and_sizes_read_as_tc_and_people_write_them() -> None:

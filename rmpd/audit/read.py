@@ -5,10 +5,11 @@ line becomes a row with its raw text in the corrupt-record column instead of fai
 once: the columns the checks read (``schema.COLUMNS``, QoS already normalized) are cached together with why the
 line is invalid, if it is, and everything else is dropped before caching.  The job that fills the cache also
 counts the invalid lines per input split; only when there is one are the journals read again to name the first
-bad file and line.  That cache is the only copy: each record's position (``position``) is worked out from its
-split columns where a check reads it (a broadcast lookup, on the view and delivery records only), and the record
-count is the sum of the splits' counts, so no second job copies or counts the records.  Reading as text (not with
-the JSON source) keeps blank lines as rows, so line numbers count every line of the file.
+bad file and line.  For a large input that cache is the only copy: each record's position (``position``) is
+worked out from its split columns where a check reads it (a broadcast lookup), and the record count is the sum of
+the splits' counts, so no second job copies or counts the records.  A small input is copied once more, with its
+positions, into one partition (``one_partition_table``).  Reading as text (not with the JSON source) keeps blank
+lines as rows, so line numbers count every line of the file.
 """
 
 from __future__ import annotations

@@ -180,7 +180,7 @@ class FixedWindow(SendWindow):
 class SiteDelay:
     """Send-to-ordering delays of our packets ordered by one site: its base (the smallest in the last
     ``DelayWindow.BASE_SPAN`` seconds, kept in two buckets so an old minimum ages out) and its current delay (the
-    smallest of its last few samples, so one late ACK is not read as a queue)."""
+    smallest of the last ``DelayWindow.RECENT_SPAN`` seconds, so late ACKs are not read as a queue)."""
 
     __slots__ = ("bucket_min", "bucket_start", "heard", "previous_min", "recent")
 
@@ -188,14 +188,17 @@ class SiteDelay:
         self.bucket_start = now
         self.bucket_min = math.inf
         self.previous_min = math.inf
-        self.recent: deque[float] = deque(maxlen=DelayWindow.RECENT)
+        self.recent: deque[tuple[float, float]] = deque()
         self.heard = now
 
     def add(self, now: float, delay: float) -> None:
         if now - self.bucket_start >= DelayWindow.BASE_SPAN / 2:
             self.previous_min, self.bucket_min, self.bucket_start = self.bucket_min, math.inf, now
         self.bucket_min = min(self.bucket_min, delay)
-        self.recent.append(delay)
+        recent = self.recent
+        recent.append((now, delay))
+        while len(recent) > 1 and now - recent[0][0] > DelayWindow.RECENT_SPAN:
+            recent.popleft()
         self.heard = now
 
     @property
@@ -204,7 +207,7 @@ class SiteDelay:
 
     @property
     def current(self) -> float:
-        return min(self.recent)
+        return min(delay for _, delay in self.recent)
 
 
 class DelayWindow(SendWindow):
@@ -222,8 +225,8 @@ class DelayWindow(SendWindow):
 
     Loss is read with the queue (as TCP Veno does): a NACK for our packet while TARGET / 2 or more queues is
     congestion and halves the window; a NACK with less is random loss, which the repair answers, and takes an
-    eighth.  A retransmission timeout halves it either way.  Packets shrink with the window (figure 4.2), down to
-    ``min_packet``, the path's MTU where the runtime knows it."""
+    eighth, never below two of the largest packets.  A retransmission timeout halves it either way.  Packets
+    shrink with the window (figure 4.2), down to ``min_packet``, the path's MTU where the runtime knows it."""
 
     __slots__ = ("round_end", "sites", "starting")
 
@@ -233,8 +236,10 @@ class DelayWindow(SendWindow):
     BASE_SPAN = 60.0
     """Seconds a site's smallest delay stays its base: an old minimum must age out (routes change), but each time
     one does while our packets queue, the queue is read a little shorter than it is."""
-    RECENT = 4
-    """A site's current delay is the smallest of its last this many samples."""
+    RECENT_SPAN = 0.05
+    """A site's current delay is the smallest of its samples of the last this many seconds (at least its last one):
+    a packet ordered late because an earlier one was lost and repaired, or a token pass was, is not a queue, and
+    random loss makes many such; a queue raises every sample."""
     SITE_HORIZON = 2.0
     """Only sites that ordered a packet of ours within this many seconds count (a member gone quiet or departed
     does not hold the window down)."""
@@ -303,7 +308,10 @@ class DelayWindow(SendWindow):
         if self.cut_at is not None and now - self.cut_at < round_trip:
             return False
         self.cut_at = now
-        self.window = max(self.min_window, self.window - self.window // self.RANDOM_LOSS_CUT)
+        # Random loss never takes the window below two of the largest packets (the paper's window's floor, and
+        # for its reason: two packets keep the ring busy while one is repaired); only a queue takes it lower.
+        floor = max(self.min_window, min(self.window, 2 * self.max_packet))
+        self.window = max(floor, self.window - self.window // self.RANDOM_LOSS_CUT)
         return True
 
 

@@ -289,7 +289,7 @@ def run_link(w: DelayWindow, *, rate: float, base: float, rounds: int, sites: tu
             site_rate = (slow or {}).get(site, rate)
             queued = max(0.0, w.window - site_rate * base) / site_rate
             worst = max(worst, queued)
-            for _ in range(DelayWindow.RECENT):
+            for _ in range(4):
                 w.sent(1400)
                 w.ordered(1400, now, (site, base + queued))
         queueing.append(worst)
@@ -332,22 +332,25 @@ def test_delay_window_follows_the_slowest_site() -> None:
 
 
 def test_delay_window_reads_loss_with_the_queue() -> None:
-    """A NACK with no queue is random loss: an eighth off; with our packets queueing it is congestion: halved."""
-    w = delay_window(initial=64000)
-    w.ordered(0, 0.0, ("b", 0.002))
-    w.ordered(0, 0.001, ("b", 0.002))
+    """A NACK with no queue is random loss: an eighth off, down to two of the largest packets; with our packets
+    queueing it is congestion: halved."""
+    w = delay_window()
+    run_link(w, rate=1e9, base=0.002, rounds=20)  # no queue: the window grows well past two largest packets
     before = w.window
+    assert before > 4 * 32000
     assert w.nack_named(1, 1.0, 0.01)
     assert w.window == before - before // DelayWindow.RANDOM_LOSS_CUT
     assert not w.nack_named(2, 1.005, 0.01)  # the same round trip
-    queued = delay_window(initial=64000)
-    for _ in range(DelayWindow.RECENT):
-        queued.ordered(0, 0.0, ("b", 0.002))
-    for _ in range(DelayWindow.RECENT):
-        queued.ordered(0, 0.01, ("b", 0.050))
+    for i in range(40):
+        w.nack_named(3 + i, 2.0 + i, 0.01)
+    assert w.window == 32000  # random loss never takes it below two of the largest packets
+    queued = delay_window()
+    run_link(queued, rate=1e9, base=0.002, rounds=20)
+    for _ in range(4):
+        queued.ordered(0, 1.0, ("b", 0.050))  # 48 ms of queue
     before = queued.window
     assert queued.nack_named(1, 1.0, 0.01)
-    assert queued.window == max(before // 2, queued.min_window)
+    assert queued.window == before // 2
 
 
 def test_a_busy_link_holds_new_packets_and_resends_and_is_never_taken_for_a_failure() -> None:

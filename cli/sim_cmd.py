@@ -60,6 +60,8 @@ def sim(
     locks: Annotated[bool, typer.Option("--locks", help="Random lock and unlock requests.")] = False,
     calls: Annotated[int, typer.Option(min=0, help="Calls from a non-member to handler 0 (held by member 1).")] = 0,
     call_dup: Annotated[int, typer.Option(min=1, help="Copies of each call datagram put on the wire.")] = 1,
+    congestion: Annotated[str | None, typer.Option(
+        help="The members' congestion control: rmp, fixed or delay [default: the engine's].")] = None,
     seeds: Annotated[int, typer.Option(min=1, help="Run seeds 1..S.")] = 1,
     seed: Annotated[int | None, typer.Option(help="Run exactly this one seed (replays a failure).")] = None,
     journal: Annotated[Path | None, typer.Option(help="Write journals to DIR/seed-<n>/.")] = None,
@@ -74,11 +76,16 @@ def sim(
         raise typer.BadParameter("--senders cannot exceed --members", param_hint="--senders")
     if leaves >= members:
         raise typer.BadParameter("--leaves must leave at least one member", param_hint="--leaves")
+    from rmpd.protocol.flow import CONGESTION_CONTROLS
+
+    if congestion is not None and congestion not in CONGESTION_CONTROLS:
+        raise typer.BadParameter(f"one of {', '.join(CONGESTION_CONTROLS)}", param_hint="--congestion")
     from rmpd.sim.runner import SimConfig
 
     config = SimConfig(members=members, senders=senders, messages=messages, size=size, loss=loss, dup=dup,
                        reorder=reorder, qos=qos, crash=crash, partition=partition, joins=joins, leaves=leaves,
-                       locks=locks, calls=calls, call_dup=call_dup, restarts=restarts, simultaneous=simultaneous)
+                       locks=locks, calls=calls, call_dup=call_dup, restarts=restarts, simultaneous=simultaneous,
+                       congestion=congestion)
     seed_list = [seed] if seed is not None else list(range(1, seeds + 1))
     started = time.monotonic()
     results = _run_all(config, seed_list, journal, workers or os.cpu_count() or 1, err)

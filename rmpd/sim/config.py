@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from ..protocol.flow import CONGESTION_CONTROLS
 from . import QOS_CHOICES
 from .network import LinkFaults
 
@@ -41,6 +42,8 @@ class SimConfig:
     """Mean gap between one sender's messages (exponentially distributed), in virtual seconds."""
     max_time: float = 900.0
     """Virtual seconds after which a run that has not fallen silent counts as not quiescent."""
+    congestion: str | None = None
+    """The members' congestion control (``flow.CONGESTION_CONTROLS``); None: the engine's default."""
 
     def __post_init__(self) -> None:
         if self.members < 1:
@@ -58,6 +61,8 @@ class SimConfig:
         if self.calls < 0 or self.call_dup < 1:
             raise ValueError("--calls must not be negative and --call-dup must be at least 1")
         LinkFaults(loss=self.loss, dup=self.dup, reorder=self.reorder)
+        if self.congestion is not None and self.congestion not in CONGESTION_CONTROLS:
+            raise ValueError(f"--congestion must be one of {', '.join(CONGESTION_CONTROLS)}")
 
     @property
     def membership_faults(self) -> bool:
@@ -87,6 +92,8 @@ class SimConfig:
             args.append("--locks")
         if self.calls:
             args += ["--calls", str(self.calls), "--call-dup", str(self.call_dup)]
+        if self.congestion is not None:
+            args += ["--congestion", self.congestion]
         return args
 
     def replay_command(self, seed: int) -> str:

@@ -19,7 +19,7 @@ from __future__ import annotations
 import random
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
@@ -66,6 +66,8 @@ class Simulation:
         self.clock = Timeline()
         total = config.members + config.joins + (1 if config.calls else 0)
         base = engine_config or EngineConfig()
+        if config.congestion is not None:
+            base = replace(base, congestion=config.congestion)
         self.cluster = Cluster(total, seed, self.clock, EngineConfig(**{**asdict(base), "journal": True}),
                                engine_factory)
         faults = LinkFaults(loss=config.loss, dup=config.dup, reorder=config.reorder)

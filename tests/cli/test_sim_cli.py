@@ -48,11 +48,27 @@ def test_healing_flags_report_one_view_and_convergence() -> None:
     (["--qos", "fastest"], "must be one of"),
     (["--members", "2", "--senders", "3"], "--senders"),
     (["--members", "0"], "--members"),
+    (["--congestion", "cubic"], "rmp, fixed, delay"),
 ])
 def test_bad_flags_exit_2_with_a_clear_error(args: list[str], message: str) -> None:
     result = cli_runner.invoke(app, ["sim", *args])
     assert result.exit_code == 2
     assert message in result.output
+
+
+def test_a_congestion_control_is_chosen_for_the_members_and_kept_in_the_replay() -> None:
+    """The same seed under another congestion control is another run (the windows send differently), and the
+    replay command names the one it ran."""
+    runs = {}
+    for congestion in ("rmp", "delay"):
+        result = cli_runner.invoke(app, ["sim", "--members", "3", "--messages", "300", "--size", "8000", "--loss",
+                                         "0.1", "--seed", "2", "--congestion", congestion, "--json"])
+        assert result.exit_code == 0, result.output
+        runs[congestion] = last_json(result.stdout)
+        assert runs[congestion]["delivered"] == runs[congestion]["expected"]
+    assert runs["rmp"]["datagrams"] != runs["delay"]["datagrams"]
+    config = runner.SimConfig(members=3, congestion="delay")
+    assert "--congestion delay" in config.replay_command(2)
 
 
 def test_violation_exits_1_and_prints_a_replay_that_reproduces_it(monkeypatch: pytest.MonkeyPatch) -> None:

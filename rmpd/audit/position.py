@@ -64,10 +64,18 @@ def positioned(spark: SparkSession, lines: DataFrame, found: list[Split]) -> Dat
     for s in sorted(found, key=lambda s: (s.rot, s.fid, s.blk, s.part)):
         deltas.append((s.file, s.blk, s.part, base - s.lo))
         base += s.hi - s.lo + 1
-    table = spark.createDataFrame(deltas, "file string, blk long, part long, delta long")
+    # SQL values, not ``createDataFrame`` of a Python list, whose rows a Python worker process must unpickle: an
+    # audit of journals then starts no Python worker at all.
+    rows = ", ".join(f"({_sql_string(file)}, {blk}L, {part}L, {delta}L)" for file, blk, part, delta in deltas)
+    table = spark.sql(f"SELECT * FROM VALUES {rows} AS splits(file, blk, part, delta)")
     keep = [c for c in lines.columns if c not in ("file", "blk", "rid")]
     return (
         lines.withColumn("part", F.shiftright("rid", _PART_BITS))
         .join(F.broadcast(table), ["file", "blk", "part"])
         .select(*keep, (F.col("rid") + F.col("delta")).alias("pos"))
     )
+
+
+def _sql_string(text: str) -> str:
+    """``text`` as a Spark SQL string literal."""
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"

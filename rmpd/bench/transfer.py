@@ -255,6 +255,8 @@ class TransferBench:
             # The busiest process's share of one core over the transfer: near 1.0, a core rather than the link
             # may be the limit.
             "busiest_cpu_fraction": max([*cpu, *(r["cpu_s"] for r in [*sent, *arrived])]) / elapsed,
+            # Cores the transfer's processes kept busy together: near the machine's count, the cores are the limit.
+            "cpu_cores_used": (sum(cpu) + sum(r["cpu_s"] for r in [*sent, *arrived])) / elapsed,
         }
 
     def _probe_report(self, report: dict[str, Any], arrived: list[dict[str, Any]],

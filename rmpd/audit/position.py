@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from .schema import POS
+
 _ROTATION = r"\.(\d+)\.json[l]?(\.gz)?$"
 _PART_BITS = 33
 """``monotonically_increasing_id`` puts the partition number above the low 33 bits (row number in the partition)."""
@@ -72,7 +74,7 @@ def positioned(spark: SparkSession, lines: DataFrame, found: list[Split]) -> Dat
     return (
         lines.withColumn("part", F.shiftright("rid", _PART_BITS))
         .join(F.broadcast(table), ["file", "blk", "part"])
-        .select(*keep, (F.col("rid") + F.col("delta")).alias("pos"))
+        .select(*keep, (F.col("rid") + F.col("delta")).alias(POS))
     )
 
 

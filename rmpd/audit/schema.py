@@ -61,7 +61,8 @@ COLUMNS = (
 """The fields the checks read; the others are validated when a line is parsed, then dropped before caching."""
 
 POS = "pos"
-"""Column numbering every record in the order its writer wrote it (``position``): one long, cheap to sort on."""
+"""Column numbering every record in the order its writer wrote it (``position``): one long, cheap to sort on; the
+checks' SQL names it ``pos``."""
 
 INVARIANTS = (
     "one-order",

@@ -216,6 +216,17 @@ async def pong(args: argparse.Namespace) -> None:
     emit({"done": True})
 
 
+@asynccontextmanager
+async def from_begin(args: argparse.Namespace) -> AsyncIterator[tuple[Group, float, float]]:
+    """Join, wait for the whole group, say so, and enter at BEGIN: the group and the window (BEGIN, END)."""
+    async with joined(args) as group:
+        await wait_members(group, args.members)
+        emit({"ready": True})
+        begin, end = await wait_for_window()
+        await trio.sleep(max(0.0, begin - time.time()))
+        yield group, begin, end
+
+
 async def transfer(args: argparse.Namespace) -> None:
     """One member of a transfer: a sender posts ``--send-count`` messages from BEGIN as fast as the group takes
     them; a destination counts deliveries until it has ``--expect`` of them, or END (the bench's deadline) passed.
@@ -231,11 +242,7 @@ async def transfer(args: argparse.Namespace) -> None:
     one sender in total order, so every earlier probe has been delivered by then."""
     qos = QoS.parse(args.qos)
     payload = b"x" * args.size
-    async with joined(args) as group:
-        await wait_members(group, args.members)
-        emit({"ready": True})
-        begin, end = await wait_for_window()
-        await trio.sleep(max(0.0, begin - time.time()))
+    async with from_begin(args) as (group, _begin, end):
         cpu_at_begin = time.process_time()
         received = undelivered = sent = 0
         reported = False
@@ -314,11 +321,7 @@ async def probe(args: argparse.Namespace) -> None:
     qos = QoS.parse(args.qos)
     pad = b"x" * max(0, args.size - 1 - PROBE_STAMP.size)
     interval = 1.0 / args.probe_rate
-    async with joined(args) as group:
-        await wait_members(group, args.members)
-        emit({"ready": True})
-        begin, end = await wait_for_window()
-        await trio.sleep(max(0.0, begin - time.time()))
+    async with from_begin(args) as (group, begin, end):
         cpu_at_begin = time.process_time()
         sent_at: list[float] = []
 

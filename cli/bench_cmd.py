@@ -103,7 +103,7 @@ def render_transfers(results: list[dict[str, Any]], console: Console) -> None:
             if not d["complete"]:
                 received = f"[red]{received} of {r['messages']:,}[/red]"
             rate_kb = d["goodput_bytes_per_s"] / 1000 if d["goodput_bytes_per_s"] is not None else None
-            probes = probe_cells(r) if probing and i == 0 else [""] * 4 if probing else []
+            probes = (probe_cells(r) if i == 0 else [""] * 4) if probing else []
             table.add_row(*case, str(d["member"]), received, fmt(d["seconds"], 2), fmt(rate_kb),
                           fmt(d["wire_fraction"], 3), fmt(d["wire_bytes_per_payload_byte"], 3), *totals, *probes)
     console.print(table)

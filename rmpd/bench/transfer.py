@@ -275,12 +275,14 @@ class TransferBench:
             missing += len(due) - len(timed)
             destination.update({"probes": len(due), "probes_missing": len(due) - len(timed),
                                 **probe_figures(latencies)})
-        return {"probe_rate": self.probe, "probe_size": PROBE_SIZE, "probes_sent": len(probe["sent_at"]),
+        return {"probe_rate": self.probe, "probe_size": PROBE_SIZE, "probe_member": report["senders"] + 1,
+                "probes_sent": len(probe["sent_at"]),
                 "probes_timed": len(everyone), "probes_missing": missing, **probe_figures(everyone),
                 "client_cpu_s": [*report["client_cpu_s"], probe["cpu_s"]]}
 
 
 def probe_figures(latencies_ms: list[float]) -> dict[str, float | None]:
+    """p50, p99 and maximum of probe latencies (None without any): the same figures per destination and per case."""
     return {"probe_p50_ms": percentile(latencies_ms, 0.5), "probe_p99_ms": percentile(latencies_ms, 0.99),
             "probe_max_ms": max(latencies_ms, default=None)}
 

@@ -53,7 +53,7 @@ def test_a_transfer_to_four_destinations_over_10_mbit_links_completes_and_is_rep
     assert 0 < report["busiest_cpu_fraction"] <= report["cpu_cores_used"]
     # The probe: 10 messages a second from the transfer's start, which takes at least 0.24 s at the rate: each
     # destination times at least the one sent 0.1 s in.
-    assert report["probe_rate"] == 10 and report["probes_sent"] >= 2
+    assert report["probe_rate"] == 10 and report["probe_member"] == 2 and report["probes_sent"] >= 2
     assert report["probes_timed"] >= len(destinations) and report["probes_missing"] >= 0
     for figures in (report, *destinations):
         assert 0 < figures["probe_p50_ms"] <= figures["probe_p99_ms"] <= figures["probe_max_ms"]

@@ -62,6 +62,26 @@ def test_a_transfer_to_four_destinations_over_10_mbit_links_completes_and_is_rep
 
 
 @needs_root
+def test_the_delay_window_fills_a_10_mbit_link_without_overflowing_it_or_reforming(tmp_path) -> None:
+    """``congestion = "delay"``: 1 MB to four destinations completes with nothing dropped anywhere, neither by a
+    link's queue (the window keeps it short) nor by the sender's socket (back-pressure), with no reformation, and
+    hardly a resend."""
+    config = tmp_path / "delay.toml"
+    config.write_text('[timers]\ncongestion = "delay"\n')
+    env = {**os.environ, "RMP_BENCH_NETNS_PREFIX": f"rmpq{os.getpid() % 1000}x"}
+    transfer = 1_000_000
+    result = subprocess.run([RMP, "bench", "--netns", "--rate", "10mbit", "--members", "5", "--transfer",
+                             f"{transfer}B", "--size", str(SIZE), "--timeout", "60", "--daemon-config", str(config),
+                             "--json"], capture_output=True, text=True, timeout=180, env=env)
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout.strip().splitlines()[-1])
+    assert report["complete"] and report["undelivered"] == 0
+    assert [d["received"] for d in report["per_destination"]] == [transfer // SIZE] * 4
+    assert report["link_drops"] == 0 and report["sender_send_dropped"] == 0 and report["reformations_started"] == 0
+    assert report["transmissions_per_packet"] < 1.1, report["daemon_counters"]
+
+
+@needs_root
 def test_a_transfer_the_link_cannot_carry_in_time_fails_with_one_line_saying_how_far_it_got() -> None:
     """300 KB need 2.4 s at 1 Mb/s: with 1 s allowed the bench says so and exits non-zero, with what it saw."""
     env = {**os.environ, "RMP_BENCH_NETNS_PREFIX": f"rmpr{os.getpid() % 1000}y"}

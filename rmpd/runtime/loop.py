@@ -105,9 +105,11 @@ class ProcessLoop:
                                   seq_base=wall_ms * 1000, scmp=scmp)
         self.application: EventHandler = _NoHandler()
         self.metrics = LoopMetrics(self)
-        self.routes = GroupRoutes(DatagramSender(self.sock, self.stats), self.guard, self.stats,
+        self.datagrams = DatagramSender(self.sock, self.stats)
+        """Sends from the process's socket, holding what a full socket refuses (``flush_forever``)."""
+        self.datagrams.on_busy = self._link_busy
+        self.routes = GroupRoutes(self.datagrams, self.guard, self.stats,
                                   self.metrics.datagrams_out, address_range=address_range, default_ttl=ttl, via=via)
-        self.routes.sender.on_busy = self._link_busy
         self.listeners = MulticastListeners(ip)
         self._nursery: trio.Nursery | None = None
         self._timer_scope: trio.CancelScope | None = None
@@ -132,7 +134,7 @@ class ProcessLoop:
             async with trio.open_nursery() as nursery:
                 self._nursery = nursery
                 nursery.start_soon(self._receive_loop, self.sock, "unicast")
-                nursery.start_soon(self.routes.sender.flush_forever)
+                nursery.start_soon(self.datagrams.flush_forever)
                 nursery.start_soon(self._timer_loop)
                 task_status.started()
         finally:

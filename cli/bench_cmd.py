@@ -6,15 +6,20 @@ import itertools
 import json
 import platform
 import tempfile
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+if TYPE_CHECKING:
+    from rmpd.bench.run import Hosts
+
 bench_app = typer.Typer()
+Runner = TypeVar("Runner")
 
 QOS_SWEEP = ("unordered", "source", "total", "safe")
 SIZE_SWEEP = (100, 1000, 8000)
@@ -177,8 +182,7 @@ def bench(
     data transmissions per packet beside the ideal for the group's size and loss.  With --probe, the latency of
     a light stream of small total-order messages sent meanwhile.
     """
-    from rmpd.bench.run import Bench, BenchError, Hosts
-    from rmpd.daemon.probe import multicast_loops
+    from rmpd.bench.run import Bench
     from rmpd.protocol.qos import QoS
 
     err = Console(stderr=True)
@@ -206,11 +210,33 @@ def bench(
                        transfer=transfer or "5MB", timeout=timeout, probe=probe, daemon_config=daemon_config,
                        guard=guard, json_out=json_out)
         return
+    cases = plan(member_counts(members) or list(MEMBER_SWEEP), size or list(SIZE_SWEEP), qos or list(QOS_SWEEP),
+                 senders or [], embedded)
+
+    def start(workdir: Path, hosts: Hosts, progress: Callable[[str], None]) -> Bench:
+        return Bench(workdir, seconds=seconds, guard=guard, hosts=hosts, daemon_config=daemon_config,
+                     progress=progress)
+
+    results = run_cases(cases, start, lambda bench, case: bench.run(case), lambda bench: bench.close(), bind=bind,
+                        netns=netns, loss=loss, rate=None, err=err)
+    out = Console(stderr=json_out)
+    render(results, out if out.is_terminal else Console(stderr=json_out, width=200))
+    if json_out:
+        print_json(results)
+
+
+def run_cases(cases: Sequence[Any], start: Callable[[Path, Hosts, Callable[[str], None]], Runner],
+              run: Callable[[Runner, Any], dict[str, Any]], close: Callable[[Runner], None], *, bind: str,
+              netns: bool, loss: float, rate: str | None, err: Console) -> list[dict[str, Any]]:
+    """Run ``cases`` one after another on hosts made for the largest, with a progress line: what both modes share.
+    ``start`` makes the runner from a work directory, the hosts and a progress callback; a setup or run failure
+    ends the command with exit status 1 and one line."""
+    from rmpd.bench.run import BenchError, Hosts
+    from rmpd.daemon.probe import multicast_loops
+
     if not netns and not multicast_loops(bind):
         err.print(f"[red]error:[/red] multicast does not loop back on {bind}; as root: ip route add 224.0.0.0/4 dev lo")
         raise typer.Exit(1)
-    cases = plan(member_counts(members) or list(MEMBER_SWEEP), size or list(SIZE_SWEEP), qos or list(QOS_SWEEP),
-                 senders or [], embedded)
     results: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="rmp-bench-") as tmp, Progress(
         TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
@@ -218,25 +244,21 @@ def bench(
     ) as progress:
         task = progress.add_task("starting", total=len(cases))
         try:
-            hosts = Hosts(bind=bind, netns=max(c.members for c in cases) if netns else 0, loss=loss)
+            hosts = Hosts(bind=bind, netns=max(c.members for c in cases) if netns else 0, loss=loss, rate=rate)
         except BenchError as exc:
             err.print(f"[red]error:[/red] {exc}", soft_wrap=True)
             raise typer.Exit(1) from None
-        runner = Bench(Path(tmp), seconds=seconds, guard=guard, hosts=hosts, daemon_config=daemon_config,
-                       progress=lambda text: progress.update(task, description=text))
+        runner = start(Path(tmp), hosts, lambda text: progress.update(task, description=text))
         try:
             for case in cases:
-                results.append(runner.run(case))
+                results.append(run(runner, case))
                 progress.advance(task)
         except BenchError as exc:
             err.print(f"[red]benchmark failed:[/red] {exc}", soft_wrap=True)
             raise typer.Exit(1) from None
         finally:
-            runner.close()
-    out = Console(stderr=json_out)
-    render(results, out if out.is_terminal else Console(stderr=json_out, width=200))
-    if json_out:
-        print_json(results)
+            close(runner)
+    return results
 
 
 def print_json(results: list[dict[str, Any]]) -> None:
@@ -249,9 +271,8 @@ def transfer_bench(*, members: list[int], sizes: list[int], qos: list[str], send
                    netns: bool, loss: float, rate: str | None, transfer: str, timeout: float | None,
                    probe: float | None, daemon_config: Path | None, guard: str, json_out: bool) -> None:
     """``rmp bench --rate`` / ``--transfer``: each case a transfer; exit 1 when one did not complete in time."""
-    from rmpd.bench.run import Bench, BenchError, Hosts
+    from rmpd.bench.run import Bench
     from rmpd.bench.transfer import TransferBench, TransferCase, parse_rate, parse_size
-    from rmpd.daemon.probe import multicast_loops
 
     err = Console(stderr=True)
     try:
@@ -267,34 +288,14 @@ def transfer_bench(*, members: list[int], sizes: list[int], qos: list[str], send
             err.print(f"[red]error:[/red] {case.members} members with {case.senders} sender(s) leave no "
                       "destination (a destination is a member that does not send)")
             raise typer.Exit(2)
-    if not netns and not multicast_loops(bind):
-        err.print(f"[red]error:[/red] multicast does not loop back on {bind}; as root: ip route add 224.0.0.0/4 dev lo")
-        raise typer.Exit(1)
-    results: list[dict[str, Any]] = []
-    with tempfile.TemporaryDirectory(prefix="rmp-bench-") as tmp, Progress(
-        TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-        console=err, transient=True,
-    ) as progress:
-        task = progress.add_task("starting", total=len(cases))
-        try:
-            hosts = Hosts(bind=bind, netns=max(c.members for c in cases) if netns else 0, loss=loss, rate=rate)
-        except BenchError as exc:
-            err.print(f"[red]error:[/red] {exc}", soft_wrap=True)
-            raise typer.Exit(1) from None
+    def start(workdir: Path, hosts: Hosts, progress: Callable[[str], None]) -> TransferBench:
         # Every daemon serves its metrics on its own host's loopback: data datagrams are counted there.
-        bench = Bench(Path(tmp), seconds=0, guard=guard, hosts=hosts, daemon_config=daemon_config,
-                      daemon_args=["--metrics", "127.0.0.1:0"],
-                      progress=lambda text: progress.update(task, description=text))
-        runner = TransferBench(bench, rate=rate, timeout=timeout, probe=probe)
-        try:
-            for case in cases:
-                results.append(runner.run(case))
-                progress.advance(task)
-        except BenchError as exc:
-            err.print(f"[red]benchmark failed:[/red] {exc}", soft_wrap=True)
-            raise typer.Exit(1) from None
-        finally:
-            bench.close()
+        bench = Bench(workdir, seconds=0, guard=guard, hosts=hosts, daemon_config=daemon_config,
+                      daemon_args=["--metrics", "127.0.0.1:0"], progress=progress)
+        return TransferBench(bench, rate=rate, timeout=timeout, probe=probe)
+
+    results = run_cases(cases, start, lambda runner, case: runner.run(case), lambda runner: runner.bench.close(),
+                        bind=bind, netns=netns, loss=loss, rate=rate, err=err)
     out = Console(stderr=json_out)
     render_transfers(results, out if out.is_terminal else Console(stderr=json_out, width=200))
     if json_out:

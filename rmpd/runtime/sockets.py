@@ -4,8 +4,8 @@ One unicast socket bound to ``ip:port`` is the process ID: everything the proces
 source address of its multicasts is its ID too), and unicasts to it arrive there.  Each group address the process
 listens on gets its own socket bound to that multicast address and port, so groups whose names hash to different
 addresses never see each other's traffic, and several processes on one host (SO_REUSEADDR) all get a copy.
-Sockets are non-blocking stdlib sockets: the process loop sends synchronously from its drain step (a full send
-buffer is counted as a drop, like any loss the protocol already recovers from) and waits for input with trio.
+Sockets are non-blocking stdlib sockets: the process loop sends synchronously from its drain step and waits for
+input with trio; what a full send buffer refuses waits in :class:`DatagramSender` (back-pressure, not loss).
 """
 
 from __future__ import annotations
@@ -160,13 +160,15 @@ class DatagramSender:
         """Send waiting datagrams whenever the socket can take them (run in the process loop's nursery)."""
         while True:
             await self._backlog.wait()
+            # A fresh event before flushing: what the last flush's on_busy(False) has the process send, if the
+            # socket refuses it, sets this one and is flushed in the next round.
+            self._backlog = trio.Event()
             while not self.flush():
                 if self._no_buffers:
                     self._no_buffers = False
                     await trio.sleep(RETRY_AFTER_NO_BUFFERS)
                 else:
                     await trio.lowlevel.wait_writable(self.sock)
-            self._backlog = trio.Event()
 
 
 @dataclass

@@ -158,7 +158,7 @@ class Caller:
         del self._by_key[(call.conn, call.stamp)]
         self._by_key[(call.conn, stamp)] = call.call_id
         probe = call.packet
-        call.stamp, call.probing = stamp, False
+        call.stamp, call.probing, call.no_handler_by = stamp, False, None  # the handler is held: no grace to run out
         call.packet = replace(probe, view=self.views.get(call.group), stamp=stamp,
                               flags=probe.flags & ~NonMemberData.FLAG_PROBE, payload=call.payload)
         call.timer.start(now)
@@ -180,7 +180,10 @@ class Caller:
                 self.datagrams.append(Transmit(None, encode(packet), call.group))
 
     def get_timer(self) -> float | None:
-        deadlines = [min(c.deadline, c.timer.deadline or c.deadline, c.no_handler_by or c.deadline)
+        # ``no_handler_by`` counts only while probing, as in ``handle_timer``: a deadline it would not act on comes
+        # back at once, again and again, without the clock moving.
+        deadlines = [min(c.deadline, c.timer.deadline or c.deadline,
+                         c.no_handler_by if c.probing and c.no_handler_by is not None else c.deadline)
                      for c in self.calls.values()]
         return min(deadlines) if deadlines else None
 

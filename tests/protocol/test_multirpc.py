@@ -219,3 +219,17 @@ def test_a_call_two_relays_carried_as_new_is_delivered_once() -> None:
         assert (verdict, action) == (Verdict.NEW, Action.START)
         verdict, action, _ = calls.decide(second, relayed_here=False, responder=responder, has_handler=False)
         assert verdict is Verdict.DUPLICATE and action is not Action.START
+
+
+def test_a_call_sent_once_its_handler_is_held_asks_for_no_timer_already_past() -> None:
+    """A probe answered no-handler, then ready: the call goes out, and once the no-handler grace would have ended
+    the caller's next timer is still ahead of the clock (a deadline already past would be fired for ever)."""
+    net = group_with_server()
+    net.do(CALLER, lambda p, now: p.call("g", b"x", now, handler=3, timeout=10.0))
+    net.advance(0.5)
+    net.do(1, lambda p, now: p.lock("g", 3, now))
+    net.advance(NO_HANDLER_GRACE + 0.5)
+    assert net.of_type(CALLER, CallAnswered) == []
+    assert any(isinstance(r, CallToAnswer) for r in net.of_type(1, CallToAnswer))
+    deadline = net.nodes[net.pids[CALLER]].get_timer()
+    assert deadline is not None and deadline > net.now

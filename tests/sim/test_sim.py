@@ -159,3 +159,13 @@ def test_a_member_removed_while_cut_off_and_idle_stops_instead_of_nacking_for_ev
                        partition=True, joins=2, leaves=1)
     r = run_seed(config, 8)
     assert r.violations == [] and r.quiescent and r.liveness
+
+
+def test_a_call_that_waited_for_its_handler_does_not_hold_its_caller_at_one_instant() -> None:
+    """Seed 75 of this mix: a caller's probe was answered no-handler, then ready; the call went out, and once the
+    no-handler grace had passed the caller kept asking for a timer already due that did nothing, so simulated time
+    stood still (100,000 events at one instant)."""
+    config = SimConfig(members=7, senders=4, messages=200, size=100, loss=0.1, qos="mixed", crash=2,
+                       partition=True, joins=2, leaves=1, locks=True, calls=5)
+    r = run_seed(config, 75)
+    assert r.violations == [] and r.quiescent and r.liveness

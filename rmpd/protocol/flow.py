@@ -142,19 +142,29 @@ class SendWindow(CongestionControl):
         """A retransmission timer expired: halve (never below ``min_window``), unless the window was already
         halved less than one round trip ago, since every packet in flight then may time out for the same loss
         (as TCP cuts once per loss event).  True if halved."""
-        if self.cut_at is not None and now - self.cut_at < round_trip:
+        if not self.cut_due(now, round_trip):
             return False
-        self.cut_at = now
         self.window = max(self.window // 2, min(self.window, self.min_window))
         self.threshold = self.window
         return True
 
+    def cut_due(self, now: float, round_trip: float) -> bool:
+        """A loss may cut the window now: it was not cut less than one round trip ago (then noted as cut now)."""
+        if self.cut_at is not None and now - self.cut_at < round_trip:
+            return False
+        self.cut_at = now
+        return True
+
     def nack_named(self, seq: int, now: float, round_trip: float) -> bool:
-        """A NACK asked for our packet ``seq``: halve, unless a NACK for it was seen already (the paper's cache
-        of three) or the window was just halved.  True if halved."""
+        """A NACK asked for our packet ``seq``: a loss (``nack_loss``), unless a NACK for it was seen already (the
+        paper's cache of three).  True if the window was cut."""
         if seq in self.nacked:
             return False
         self.nacked.append(seq)
+        return self.nack_loss(now, round_trip)
+
+    def nack_loss(self, now: float, round_trip: float) -> bool:
+        """A NACK for a packet of ours not NACKed before: halve, unless the window was just halved."""
         return self.congested(now, round_trip)
 
 
@@ -298,16 +308,12 @@ class DelayWindow(SendWindow):
         self.starting = False
         return super().congested(now, round_trip)
 
-    def nack_named(self, seq: int, now: float, round_trip: float) -> bool:
-        if seq in self.nacked:
-            return False
-        self.nacked.append(seq)
+    def nack_loss(self, now: float, round_trip: float) -> bool:
         self.starting = False
         if self.queueing(now)[0] >= self.TARGET / 2:
             return self.congested(now, round_trip)
-        if self.cut_at is not None and now - self.cut_at < round_trip:
+        if not self.cut_due(now, round_trip):
             return False
-        self.cut_at = now
         # Random loss never takes the window below two of the largest packets (the paper's window's floor, and
         # for its reason: two packets keep the ring busy while one is repaired); only a queue takes it lower.
         floor = max(self.min_window, min(self.window, 2 * self.max_packet))

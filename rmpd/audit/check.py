@@ -19,13 +19,16 @@ class Check:
     them: rows whose ``c`` and ``x`` columns sum to the number of items checked and the number of violations (the
     rows of ``checked`` and ``violations``).  A check whose items are a product (every member of a view change
     times every message of it) tallies per factor instead of building the product; ``violations`` is then
-    listed only when examples are wanted.
+    listed only when examples are wanted.  ``noun``, when given, names what the tally's ``k`` column sums to, for
+    the report to say alongside the verdict (how many of what the invariant is about the input held, when that can
+    be none: an invariant that holds over nothing says so).
     """
 
     name: str
     checked: str | None
     violations: str
     tally: str | None = None
+    noun: str | None = None
 
     def counts(self) -> str:
         """SQL whose rows' ``c`` and ``x`` sum to the items checked and the violations."""

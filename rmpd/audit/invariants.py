@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from .check import Check
+from .exactly_once import exactly_once
 from .membership import atomicity, unique_view_id, virtual_synchrony
 from .ordering import no_duplicate, one_order, source_order, total_order
 from .resilience import k_resilience
@@ -22,6 +23,7 @@ CHECKS: tuple[Callable[[Views], Check], ...] = (
     k_resilience,
     unique_view_id,
     scmp_at_most_once,
+    exactly_once,
 )
 
 

@@ -32,6 +32,8 @@ class InvariantResult:
     checked: int
     violations: int
     examples: list[dict[str, Any]] = field(default_factory=list)
+    note: str | None = None
+    """What the invariant judged, where that can be nothing (e.g. ``0 keyed messages``); None for most."""
 
     @property
     def holds(self) -> bool:
@@ -62,13 +64,21 @@ class AuditReport:
             "ok": self.ok,
             "inputs": self.inputs,
             "records": self.records,
-            "invariants": [asdict(r) | {"holds": r.holds} for r in self.results],
+            "invariants": [_entry(r) for r in self.results],
         }
 
     def write_json(self, path: str) -> None:
         with open(path, "w", encoding="utf-8") as out:
             json.dump(self.to_dict(), out, indent=2, sort_keys=False)
             out.write("\n")
+
+
+def _entry(result: InvariantResult) -> dict[str, Any]:
+    """An invariant's JSON entry; ``note`` only where the invariant has one."""
+    entry = asdict(result) | {"holds": result.holds}
+    if result.note is None:
+        del entry["note"]
+    return entry
 
 
 def evaluate(views: Views, checks: list[Check], examples: int, counted: str | None = None,
@@ -78,11 +88,12 @@ def evaluate(views: Views, checks: list[Check], examples: int, counted: str | No
     ``counted`` (optional) is a view whose rows are reported as the record count.  Each query is one SQL
     statement over ``views``, analysed once.
     """
-    tallies = [f"SELECT '{_RECORDS}' AS inv, count(1) AS c, 0 AS x FROM {counted}"] if counted else []
-    tallies += [f"SELECT '{c.name}' AS inv, c, x FROM ({c.counts()})" for c in checks]
+    tallies = [f"SELECT '{_RECORDS}' AS inv, count(1) AS c, 0 AS x, 0 AS k FROM {counted}"] if counted else []
+    tallies += [f"SELECT '{c.name}' AS inv, c, x, {'k' if c.noun else '0'} AS k FROM ({c.counts()})" for c in checks]
     union = " UNION ALL ".join(tallies)
-    rows = views.sql(f"SELECT inv, sum(c) AS c, sum(x) AS x FROM ({union}) GROUP BY inv").collect()
+    rows = views.sql(f"SELECT inv, sum(c) AS c, sum(x) AS x, sum(k) AS k FROM ({union}) GROUP BY inv").collect()
     counts = {r.inv: (int(r.c), int(r.x)) for r in rows}
+    noted = {r.inv: int(r.k) for r in rows}
     records = counts.pop(_RECORDS, (0, 0))[0]
     bad = [c for c in checks if counts.get(c.name, (0, 0))[1] > 0]
     found: dict[str, list[dict[str, Any]]] = {c.name: [] for c in checks}
@@ -95,7 +106,8 @@ def evaluate(views: Views, checks: list[Check], examples: int, counted: str | No
             d = row.asDict()
             found[d.pop("invariant")].append(d)
     results = [
-        InvariantResult(c.name, counts.get(c.name, (0, 0))[0], counts.get(c.name, (0, 0))[1], found[c.name])
+        InvariantResult(c.name, counts.get(c.name, (0, 0))[0], counts.get(c.name, (0, 0))[1], found[c.name],
+                        None if c.noun is None else f"{noted.get(c.name, 0)} {c.noun}")
         for c in checks
     ]
     return records, results
@@ -110,6 +122,8 @@ def render(report: AuditReport, console: Console) -> None:
     table.add_column("verdict")
     for r in report.results:
         verdict = "[green]holds[/green]" if r.holds else "[bold red]VIOLATED[/bold red]"
+        if r.note is not None:
+            verdict += f" ({r.note})"
         table.add_row(r.name, str(r.checked), str(r.violations), verdict)
     console.print(table)
     for r in report.results:

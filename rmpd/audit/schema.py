@@ -42,6 +42,11 @@ JOURNAL_SCHEMA = T.StructType(
         T.StructField("holders", T.LongType()),
         T.StructField("need", T.LongType()),
         T.StructField("order_view", T.StringType()),
+        # deliver of a keyed packet: the delivered messages' keys and the keys of copies left out (hex); a key-table
+        # transfer packet is marked ``keytable``
+        T.StructField("keys", T.ArrayType(T.StringType())),
+        T.StructField("duplicates", T.ArrayType(T.StringType())),
+        T.StructField("keytable", T.BooleanType()),
         # token
         T.StructField("prev", T.StringType()),
         # recovery
@@ -56,7 +61,7 @@ JOURNAL_SCHEMA = T.StructType(
 
 COLUMNS = (
     "node", "group", "event", "view", "ts", "src", "seq", "qos", "packet", "orders", "new_view", "members",
-    "holders", "need", "order_view", "role", "conn", "msg_ts", "accepted",
+    "holders", "need", "order_view", "keys", "role", "conn", "msg_ts", "accepted",
 )
 """The fields the checks read; the others are validated when a line is parsed, then dropped before caching."""
 
@@ -74,6 +79,7 @@ INVARIANTS = (
     "k-resilience",
     "unique-view-id",
     "scmp-at-most-once",
+    "exactly-once",
 )
 """Journal invariants, named as the simulator's in-process checker names them."""
 

@@ -3,7 +3,10 @@
 A ring of members passes the token round; each token site orders a batch of data messages with one ACK (the ACK
 takes one timestamp, its data the next ones), every member delivers in timestamp order, and after ``rounds_per_view``
 rounds the token site installs the next view with a New List.  Each view ends with one round of NULL ACKs so that
-every resilient message is shown held by every member.  Run ``python -m rmpd.audit.synth --help`` to write files.
+every resilient message is shown held by every member.  A keyed run gives every totally ordered (and above) message
+a key, and sends the second ``total`` message of every eight again under the key of the first: every member drops
+that copy (a ``deliver`` record with no message, the key under ``duplicates``).  Run ``python -m rmpd.audit.synth
+--help`` to write files.
 """
 
 from __future__ import annotations
@@ -18,6 +21,9 @@ from dataclasses import dataclass
 from typing import Any, TextIO
 
 QOS_CYCLE = ("total", "source", "unordered", "k2", "majority", "safe", "total", "unreliable")
+KEYED = ("total", "k2", "majority", "safe")
+RESENT = 6
+"""In a keyed run, the message at this place of ``QOS_CYCLE`` resends the key of the one at its place 0."""
 EPOCH = 1_700_000_000.0
 
 Record = dict[str, Any]
@@ -35,6 +41,8 @@ class Plan:
     scmp_per_view: int = 1
     view_base: int = 1000
     """Counter of the first view ID; runs written side by side need distinct ones (view IDs are global)."""
+    keyed: bool = False
+    """Ordered messages carry keys (``docs/trace-format.md``), one resent key in every ``QOS_CYCLE``."""
 
     def members(self) -> list[str]:
         return [f"10.0.0.{i + 1}:7000" for i in range(self.nodes)]
@@ -43,6 +51,22 @@ class Plan:
 def _base(node: str, group: str, event: str, view: str, t: float) -> Record:
     return {"v": 1, "node": node, "group": group, "event": event, "view": view, "ts": None, "src": None,
             "seq": None, "qos": None, "wall": EPOCH + t, "mono": t}
+
+
+def key_of(plan: Plan, msg: int) -> str | None:
+    """The key (hex) message number ``msg`` carries, or None; a resend carries the key of the message it repeats."""
+    if not plan.keyed or QOS_CYCLE[msg % len(QOS_CYCLE)] not in KEYED:
+        return None
+    if msg % len(QOS_CYCLE) == RESENT:
+        msg -= RESENT
+    return f"{plan.group}:{msg}".encode().hex()
+
+
+def _keys(key: str | None, resend: bool) -> Record:
+    """Fields of a keyed ``deliver`` record: the message delivered, or its copy dropped as a duplicate."""
+    if key is None:
+        return {}
+    return {"keys": [], "duplicates": [key], "parts": 0} if resend else {"keys": [key]}
 
 
 def records(plan: Plan) -> Iterator[Record]:
@@ -70,13 +94,15 @@ def records(plan: Plan) -> Iterator[Record]:
             for _ in range(0 if null else plan.batch):
                 src = members[msg % n]
                 qos = QOS_CYCLE[msg % len(QOS_CYCLE)]
+                key = key_of(plan, msg)
+                resend = key is not None and msg % len(QOS_CYCLE) == RESENT
                 msg += 1
                 seqs[src] += 1
-                batch.append((src, seqs[src], qos))
-                yield _base(src, plan.group, "send", view, t) | {"packet": "data", "src": src, "seq": seqs[src],
-                                                                  "qos": qos}
+                batch.append((src, seqs[src], qos, key, resend))
+                sent = {"packet": "data", "src": src, "seq": seqs[src], "qos": qos}
+                yield _base(src, plan.group, "send", view, t) | sent | ({"keys": [key]} if key else {})
             ack_ts = ts + 1
-            orders = [[s, q, o] for s, q, o in batch if o != "unreliable"]
+            orders = [[s, q, o] for s, q, o, _, _ in batch if o != "unreliable"]
             ack = {"packet": "ack", "ts": ack_ts, "src": sender, "next": nxt, "orders": orders}
             yield _base(sender, plan.group, "send", view, t) | ack
             for m in members:
@@ -86,9 +112,9 @@ def records(plan: Plan) -> Iterator[Record]:
             yield _base(nxt, plan.group, "token", view, t) | {"ts": ts, "prev": sender}
             for m in members:
                 at = ack_ts
-                for s, q, o in batch:
+                for s, q, o, key, resend in batch:
                     rec = _base(m, plan.group, "deliver", view, t) | {"src": s, "seq": q, "qos": o, "size": 100,
-                                                                      "holders": 1}
+                                                                      "holders": 1} | _keys(key, resend)
                     if o != "unreliable":
                         at += 1
                         rec["ts"] = at
@@ -160,13 +186,13 @@ def write(directory: str, recs: Iterator[Record], gz: bool = False, rotate: int 
     return total
 
 
-def plan_for(records_wanted: int, nodes: int) -> Plan:
+def plan_for(records_wanted: int, nodes: int, keyed: bool = False) -> Plan:
     """A plan with roughly ``records_wanted`` records (about 4 per message per member, plus ACK traffic)."""
     batch = 8
     per_round = batch * (1 + nodes) + nodes + 1
     rounds = max(1, records_wanted // per_round)
     views = max(1, rounds // 1000)
-    return Plan(nodes=nodes, views=views, rounds_per_view=max(1, rounds // views), batch=batch)
+    return Plan(nodes=nodes, views=views, rounds_per_view=max(1, rounds // views), batch=batch, keyed=keyed)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -176,8 +202,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--nodes", type=int, default=3)
     parser.add_argument("--gzip", action="store_true", help="write .jsonl.gz")
     parser.add_argument("--rotate", type=int, default=0, help="records per file before rotating (0: never)")
+    parser.add_argument("--keyed", action="store_true", help="ordered messages carry keys, some resent")
     args = parser.parse_args(argv)
-    total = write(args.directory, records(plan_for(args.records, args.nodes)), gz=args.gzip, rotate=args.rotate)
+    plan = plan_for(args.records, args.nodes, args.keyed)
+    total = write(args.directory, records(plan), gz=args.gzip, rotate=args.rotate)
     print(f"wrote {total} records to {args.directory}", file=sys.stderr)
     return 0
 

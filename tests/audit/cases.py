@@ -17,8 +17,8 @@ NODES = synth.Plan().members()
 A, B, C = NODES
 
 
-def clean(group: str, base: int) -> Records:
-    return list(synth.records(synth.Plan(group=group, view_base=base)))
+def clean(group: str, base: int, keyed: bool = False) -> Records:
+    return list(synth.records(synth.Plan(group=group, view_base=base, keyed=keyed)))
 
 
 def _find(recs: Records, node: str, **match: object) -> int:
@@ -99,6 +99,40 @@ def break_scmp(recs: Records) -> None:
     recs.insert(i + 1, dict(recs[i]))
 
 
+def _first_resent(recs: Records, node: str) -> int:
+    """Index of ``node``'s first delivery record of a copy the group dropped as a duplicate."""
+    return next(k for k, r in enumerate(recs) if r["node"] == node and r["event"] == "deliver" and r.get("duplicates"))
+
+
+def _deliver_resent(recs: Records, node: str) -> str:
+    """``node`` delivers the first copy the group dropped (its record names the key as delivered); returns the key."""
+    i = _first_resent(recs, node)
+    (key,) = recs[i]["duplicates"]
+    recs[i] = {k: v for k, v in recs[i].items() if k not in ("duplicates", "parts")} | {"keys": [key]}
+    return key
+
+
+def break_exactly_once(recs: Records) -> None:
+    """Every member delivers a resent copy of a key it delivered before: the key is at two positions of the order,
+    and each member delivered it twice."""
+    for node in NODES:
+        _deliver_resent(recs, node)
+
+
+def one_member_delivers_a_key_twice(recs: Records) -> None:
+    """C alone delivers a resent copy the others dropped."""
+    _deliver_resent(recs, C)
+
+
+def key_at_two_positions(recs: Records) -> None:
+    """A delivers a key's first copy and drops its resent one; B and C drop the first and deliver the resent one.
+    Nobody delivers the key twice, but the group's order holds it at two positions."""
+    for node in (B, C):
+        key = _deliver_resent(recs, node)
+        i = next(k for k, r in enumerate(recs) if r["node"] == node and r.get("keys") == [key])
+        recs[i] = recs[i] | {"keys": [], "duplicates": [key], "parts": 0}
+
+
 def abort_a_proposal(recs: Records) -> None:
     """Before the view change, another New List was proposed at the same timestamp and aborted: a proposal nobody
     installed is not an ordering decision (a reformation may abort after members acknowledged it), so all holds."""
@@ -160,6 +194,7 @@ def new_list_on_a_delivered_slot(recs: Records) -> None:
 VARIANTS: dict[str, Callable[[Records], None]] = {
     "clean-aborted-proposal": abort_a_proposal,
     "clean-split-after-an-ack": split_after_an_ack,
+    "clean-keyed": lambda _: None,
 }
 """Clean traces with something unusual in them that breaks nothing."""
 
@@ -173,19 +208,25 @@ BREAKERS: dict[str, Callable[[Records], None]] = {
     "k-resilience": break_k_resilience,
     "unique-view-id": break_unique_view_id,
     "scmp-at-most-once": break_scmp,
+    "exactly-once": break_exactly_once,
 }
 
 
 MORE_BREAKERS: dict[str, tuple[str, Callable[[Records], None]]] = {
     "one-order-new-list": ("one-order", new_list_on_a_delivered_slot),
+    "exactly-once-one-member": ("exactly-once", one_member_delivers_a_key_twice),
+    "exactly-once-two-positions": ("exactly-once", key_at_two_positions),
 }
 """Further ways to break an invariant: case name -> (the invariant broken, the change)."""
+
+KEYED = ("clean-keyed", "exactly-once", "exactly-once-one-member", "exactly-once-two-positions")
+"""Cases written with keyed messages (``synth.Plan.keyed``); the others have none, as journals before keys."""
 
 
 def write_case(root: Path, name: str, base: int, gz: bool = False, rotate: int = 0) -> Path:
     """Write case ``name`` (an invariant to break, a further breaker, or a clean variant) into ``root/name`` as
     group ``name``."""
-    recs = clean(name, base)
+    recs = clean(name, base, keyed=name in KEYED)
     change = BREAKERS.get(name) or VARIANTS.get(name) or MORE_BREAKERS.get(name, (None, None))[1]
     if change is not None:
         change(recs)

@@ -24,18 +24,30 @@ from .cases import write_case
 runner = CliRunner()
 
 
+UNKEYED_CLEAN = {"one-order": 33, "total-order": 45, "no-duplicate": 63, "source-order": 54, "virtual-synchrony": 21,
+                 "atomicity": 21, "k-resilience": 27, "unique-view-id": 2, "scmp-at-most-once": 6}
+"""What the clean case (no keys, as every journal before keyed messages) was checked for before ``exactly-once``."""
+
+
 def test_clean_trace_exits_0_with_table(spark: SparkSession, tmp_path: Path) -> None:
+    """A clean trace without keys: the report is the one it had before keys, plus ``exactly-once`` holding over
+    nothing, which the table and the JSON say."""
     path = write_case(tmp_path, "clean", base=80_000)
     out = tmp_path / "r.json"
     result = runner.invoke(audit_app, [str(path), "--master", "local[2]", "--json", str(out)])
     assert result.exit_code == 0, result.output
     assert "one-order" in result.stdout and "scmp-at-most-once" in result.stdout
     assert "VIOLATED" not in result.stdout
+    assert re.search(r"exactly-once +│ +0 │ +0 │ holds \(0 keyed messages\)", result.stdout), result.stdout
     data = json.loads(out.read_text())
     assert data["ok"] is True
     assert data["records"] == 159
     assert [i["name"] for i in data["invariants"]] == list(INVARIANTS)
-    assert all(i["checked"] > 0 for i in data["invariants"])
+    *before, keyed = data["invariants"]
+    assert {i["name"]: i["checked"] for i in before} == UNKEYED_CLEAN
+    assert all("note" not in i for i in before)
+    assert keyed == {"name": "exactly-once", "checked": 0, "violations": 0, "examples": [],
+                     "note": "0 keyed messages", "holds": True}
     assert all(i["violations"] == 0 and i["examples"] == [] and i["holds"] for i in data["invariants"])
 
 

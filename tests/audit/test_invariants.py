@@ -7,6 +7,8 @@ trace audited alone, with its JSON report, is tested through the CLI (``test_cli
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from pyspark.sql import SparkSession
 
@@ -14,7 +16,7 @@ from rmpd.audit.job import run_audit
 from rmpd.audit.report import AuditReport
 from rmpd.audit.schema import INVARIANTS
 
-from .cases import BREAKERS, MORE_BREAKERS, VARIANTS, write_case
+from .cases import BREAKERS, MORE_BREAKERS, VARIANTS, A, B, C, write_case
 
 CLEAN = ("clean", "clean-gz-rotated", *VARIANTS)
 
@@ -63,6 +65,22 @@ def test_examples_name_the_culprit(combined: AuditReport) -> None:
     assert dup.violations == 1 and dup.examples[0]["node"] == "10.0.0.1:7000"
     assert by_name["scmp-at-most-once"].violations == 1
     assert by_name["unique-view-id"].violations == 1
+
+
+def test_exactly_once_names_each_key_and_member(combined: AuditReport) -> None:
+    """A key at two positions is one example naming both; each member that delivered a key twice is one more."""
+    (result,) = [r for r in combined.results if r.name == "exactly-once"]
+    found: dict[str, list[tuple[str, str]]] = {}
+    for e in result.examples:
+        found.setdefault(e["group"], []).append((e["node"], e["detail"].split()[0]))
+    two_positions = re.compile(r"^key [0-9a-f]+ at 2 positions of the order: ts 2 #0 in \S+, ts 9 #0 in \S+$")
+    assert all(two_positions.match(e["detail"]) or e["detail"].endswith(" 2 times") for e in result.examples)
+    assert sorted(found) == ["exactly-once", "exactly-once-one-member", "exactly-once-two-positions"]
+    assert sorted(found["exactly-once"]) == sorted([(A, "key"), (A, "delivered"), (B, "delivered"), (C, "delivered")])
+    assert sorted(found["exactly-once-one-member"]) == sorted([(C, "key"), (C, "delivered")])
+    assert found["exactly-once-two-positions"] == [(B, "key")]
+    assert result.violations == len(result.examples) == 7
+    assert result.note == "51 keyed messages"  # 12 keys in each of four keyed cases, three of them at 2 positions
 
 
 @pytest.mark.parametrize("group", CLEAN)

@@ -90,5 +90,10 @@ class EngineConfig:
     """Reformations in a row that find fewer members than the minimum partition before this process stops."""
     reformation_attempts: int = 8
     """Failed reformations in a row (not counting ones given up for a higher one) before this process stops."""
+    key_retention_count: int = 100_000
+    """Keys of delivered keyed messages each member keeps at most (exactly-once sends, rmpd.protocol.keys): a
+    resend of a key forgotten is delivered again."""
+    key_retention_seconds: float = 86_400.0
+    """... and for at most this long, in the group's time (the keyed messages' stamps, carried in the order)."""
     journal: bool = False
     """Produce journal records (docs/trace-format.md)."""

@@ -12,56 +12,106 @@ from collections.abc import Callable
 from typing import Any
 
 from .context import GroupContext
-from .events import make_delivered
-from .ids import ProcessId
+from .events import AlreadyDelivered, make_delivered
+from .ids import ProcessId, ViewId
+from .keys import KeyTable
 from .ordering import Ordering
-from .packets import Data, Fragment, NewList, Relayed
+from .packets import Data, Fragment, Keyed, NewList, Relayed
 from .qos import Level
 from .relay import CallRelay
 from .stability import Holdings
-from .view import HANDLER_LOCKS
+from .view import HANDLER_LOCKS, KEYS_HANDLER, View
 
 
 class Deliverer:
     """The application's side of the order at one member."""
 
-    def __init__(self, ctx: GroupContext, ordering: Ordering, holdings: Holdings, relay: CallRelay, *,
-                 commit_view: Callable[[NewList, float], bool]) -> None:
+    def __init__(self, ctx: GroupContext, ordering: Ordering, holdings: Holdings, relay: CallRelay, keys: KeyTable,
+                 *, commit_view: Callable[[NewList, float], bool],
+                 send_keys: Callable[[list[bytes], float], None]) -> None:
         """``commit_view``: the engine's step when the total order reaches a New List; False when this member is
-        out of the group after it (nothing more is delivered here)."""
+        out of the group after it (nothing more is delivered here).  ``send_keys``: sends the key table to the
+        joiners of a view, as totally ordered messages of KEYS_HANDLER (the engine's)."""
         self.pid, self.group, self.journal, self.views = ctx.pid, ctx.group, ctx.config.journal, ctx.views
         self.outbox, self.stats = ctx.outbox, ctx.stats
         self.ordering, self.holdings, self.relay, self.commit_view = ordering, holdings, relay, commit_view
+        self.keys, self.send_keys = keys, send_keys
 
     def deliver(self, packet: Data, ts: int | None, now: float, holders: int, need: int = 1) -> None:
         ordering = self.ordering
         if packet.qos.level != Level.UNRELIABLE:
             ordering.mark_delivered(packet.src, packet.seq)
-        self.stats["delivered"] += 1
+        self.stats["delivered" if packet.handler != KEYS_HANDLER else "key_table_packets"] += 1
         body = packet.payload
         relayed = isinstance(body, Relayed)
+        keys: tuple[bytes, ...] | None = None
+        repeated: list[bytes] = []
         if relayed:
             # A non-member's call: what the application gets (a delivery for calls without handler, a request at
             # the handler's holder) is decided by the SCMP filter, not by this packet's payload.
             messages = self.relay.deliver(packet, body, ts, now)  # type: ignore[arg-type]
         else:
             messages = ordering.messages_of(packet)
-            if messages:
-                view = self.views.current
+            view = self.views.current
+            if messages and type(body) is Keyed and ts is not None:
+                messages, keys, repeated = self._first_deliveries(packet, body, messages, ts, view.view_id)
+            if messages and packet.handler != KEYS_HANDLER:
                 handler = packet.handler
                 answer = handler is not None and handler < HANDLER_LOCKS and view.lock_holder(handler) == self.pid
                 self.outbox.events.append(make_delivered(self.group, packet.src, packet.seq, packet.qos, ts,
-                                                         view.view_id, handler, messages, answer))
+                                                         view.view_id, handler, messages, answer, keys))
         if self.journal:
             extra: dict[str, Any] = {"parts": len(messages)} if len(messages) != 1 else {}
             if relayed:
                 extra["relayed"] = True
-            if not messages and isinstance(body, Fragment) and not body.more:
+            elif packet.handler == KEYS_HANDLER:
+                extra["keytable"] = True
+            elif keys is not None:
+                extra["keys"] = [key.hex() for key in keys]
+            if repeated:
+                extra["duplicates"] = [key.hex() for key in repeated]
+            inner = body.body if type(body) is Keyed else body
+            if not messages and not repeated and isinstance(inner, Fragment) and not inner.more:
                 extra["incomplete"] = True
             self.outbox.record(
                 "deliver", now, ts=ts, src=packet.src, seq=packet.seq, qos=packet.qos.name(),
                 size=packet.size, holders=holders, need=need, order_view=str(self.views.current.view_id), **extra,
             )
+
+    def _first_deliveries(self, packet: Data, body: Keyed, messages: tuple[bytes, ...], ts: int,
+                          view: ViewId) -> tuple[tuple[bytes, ...], tuple[bytes, ...], list[bytes]]:
+        """The keyed messages of ``packet`` (at ``ts``) whose keys the group has not delivered: (messages, their
+        keys, the keys left out).  The sender's process is told of each copy left out."""
+        keys_table = self.keys
+        kept: list[bytes] = []
+        kept_keys: list[bytes] = []
+        repeated: list[bytes] = []
+        own = packet.src == self.pid
+        for message, key in zip(messages, body.keys, strict=True):
+            first = keys_table.first_delivery(key, ts, view, body.stamp)
+            if first is None:
+                kept.append(message)
+                kept_keys.append(key)
+                continue
+            repeated.append(key)
+            self.stats["keys_repeated"] += 1
+            if own:
+                self.outbox.event(AlreadyDelivered(self.group, packet.src, packet.seq, key, first.ts, first.view))
+        keys_table.advance(body.stamp)
+        if not repeated:
+            return messages, body.keys, repeated
+        return tuple(kept), tuple(kept_keys), repeated
+
+    def _hand_keys_to_joiners(self, before: View, now: float) -> None:
+        """A New List of a group that carried keyed messages was delivered: if it admitted processes, the first
+        member that was in the view before sends them the key table as it stands here (rmpd.protocol.keys)."""
+        view = self.views.app
+        if view.view_id == before.view_id or not self.keys.ready:
+            return
+        stayed = [member for member in view.members if member in before]
+        if stayed and stayed[0] == self.pid and len(stayed) < len(view.members):
+            self.stats["key_tables_sent"] += 1
+            self.send_keys(self.keys.pieces_for(view.view_id), now)
 
     def source_chain(self, src: ProcessId, now: float) -> None:
         """Deliver source-ordered packets from ``src`` whose predecessors are all delivered."""
@@ -75,7 +125,13 @@ class Deliverer:
         while (step := ordering.next_in_total_order(self.holdings, self.views.current)) is not None:
             slot, packet, holders, need = step
             if packet is not None:
+                if not self.keys.ready and type(packet.payload) is Keyed:
+                    return  # a joiner decides no keyed delivery before it holds the group's table (on_data)
                 self.deliver(packet, slot.ts, now, holders, need)
             ordering.finish(slot)
-            if packet is None and isinstance(slot.packet, NewList) and not self.commit_view(slot.packet, now):
-                return
+            if packet is None and isinstance(slot.packet, NewList):
+                before = self.views.app
+                if not self.commit_view(slot.packet, now):
+                    return
+                if slot.packet.keys:
+                    self._hand_keys_to_joiners(before, now)

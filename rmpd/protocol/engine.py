@@ -49,13 +49,14 @@ from .ending import MembershipEnding
 from .events import SendRefused, ViewInstalled
 from .ids import ProcessId, ViewCounter, ViewId
 from .intake import MemberState, PacketIntake
-from .limits import check_handler, check_lock, check_message_size
+from .keys import KeyTable
+from .limits import check_handler, check_keys, check_lock, check_message_size
 from .liveness import Liveness
 from .membership import Op
 from .multirpc import ScmpSettings
 from .ordering import DeliveredBefore, Held, Ordering
 from .outbox import Outbox, OutputLists, Outputs
-from .packets import Confirm, Data, NewList, NonMemberAck, NonMemberData
+from .packets import Confirm, Data, Keyed, NewList, NonMemberAck, NonMemberData
 from .qos import DELIVERY_RULES, Gate, Level, QoS
 from .reformation import Reformation, Rng
 from .reformside import ReformationSide
@@ -67,7 +68,7 @@ from .stability import Holdings
 from .status import GroupStatus, MembershipEnd
 from .timers import TimerRegistry
 from .token import Token
-from .view import View
+from .view import KEYS_HANDLER, View
 from .viewchange import ViewChanges
 from .views import Views
 
@@ -129,11 +130,15 @@ class GroupEngine(PacketIntake, MembershipEnding, ReformationSide):
         self.sender = Sender(ctx, first_seq=next_seq, first_unreliable_seq=first_unreliable_seq, emit=self._emit_own)
         self.relay = relay = CallRelay(ctx, scmp or ScmpSettings(), wall_offset)
         view_counter = view_counter or ViewCounter(pid, 0, now)
-        self.changes = ViewChanges(ctx, ordering, relay, view_counter=view_counter, request_ids=request_ids,
+        # A joiner takes the group's key table from a member that was in the view before (rmpd.protocol.keys).
+        self.keys = KeyTable(config.key_retention_count, int(config.key_retention_seconds * 1000),
+                             awaiting=view.view_id if joined_by is not None and joined_by.keys else None)
+        self.changes = ViewChanges(ctx, ordering, relay, self.keys, view_counter=view_counter, request_ids=request_ids,
                                    join_floor=join_floor, joined_by=joined_by)
         self.repair = repair = Repair(ctx, ordering, token, start_ts=start_ts, suspect=self.suspect_failure)
-        self.deliverer = Deliverer(ctx, ordering, holdings, relay,
-                                  commit_view=lambda nl, now: self.rotation.commit_view(nl, now))
+        self.deliverer = Deliverer(ctx, ordering, holdings, relay, self.keys,
+                                  commit_view=lambda nl, now: self.rotation.commit_view(nl, now),
+                                  send_keys=self._send_keys)
         self.reformation = Reformation(ctx, rng, view_counter, host=self)
         self.timers = timers = TimerRegistry()
         timers.add("reformation", self.reformation, self.reformation.on_timer)
@@ -263,28 +268,36 @@ class GroupEngine(PacketIntake, MembershipEnding, ReformationSide):
     # ------------------------------------------------------------------------------------------------------------
     # Application requests
 
-    def send(self, payload: bytes, qos: QoS, now: float, handler: int | None = None) -> int | None:
+    def send(self, payload: bytes, qos: QoS, now: float, handler: int | None = None,
+             key: bytes | None = None) -> int | None:
         """Accept an application message; returns its sequence number (None when refused)."""
-        seqs = self.send_batch((payload,), qos, now, handler)
+        seqs = self.send_batch((payload,), qos, now, handler, None if key is None else (key,))
         return None if seqs is None else seqs[0]
 
-    def send_batch(self, payloads: Sequence[bytes], qos: QoS, now: float,
-                   handler: int | None = None) -> list[int] | None:
+    def send_batch(self, payloads: Sequence[bytes], qos: QoS, now: float, handler: int | None = None,
+                   keys: Sequence[bytes] | None = None) -> list[int] | None:
         """Accept several application messages at once, in order, packed together (``Sender.queue``); returns
         their sequence numbers (None when refused: all of them, and MessageTooLarge, checked first, refuses all of
-        them too)."""
+        them too).  ``keys``: one per message, for exactly-once sends (rmpd.protocol.keys)."""
         if self.leaving:
             self.outbox.event(SendRefused(self.group, "this process is leaving the group"))
             return None
         check_handler(handler)
+        check_keys(payloads, qos, keys)
         if payloads:
             check_message_size(self.config, max(payloads, key=len), qos)  # both limits are on the length
         if qos.level == Level.UNRELIABLE:
             return [self._send_unreliable(payload, qos, handler, now) for payload in payloads]
-        seqs = self.sender.queue(payloads, qos, handler)
+        stamp = self.relay.wall_ms(now) if keys is not None else 0
+        seqs = self.sender.queue(payloads, qos, handler, keys, stamp)
         self.sender.fill_window(self.views.current.view_id, now)
         self._progress(now)
         return seqs
+
+    def _send_keys(self, pieces: list[bytes], now: float) -> None:
+        """Hand the key table to the view's joiners: totally ordered messages of KEYS_HANDLER."""
+        self.sender.queue(pieces, QoS(Level.TOTAL), KEYS_HANDLER)
+        self.sender.fill_window(self.views.current.view_id, now)
 
     def _send_unreliable(self, payload: bytes, qos: QoS, handler: int | None, now: float) -> int:
         packet = self.sender.unreliable(self.views.current.view_id, payload, qos, handler)
@@ -403,6 +416,12 @@ class GroupEngine(PacketIntake, MembershipEnding, ReformationSide):
         if held is Held.MISMATCH:
             self.stats["qos_mismatch"] += 1
             return
+        if type(packet.payload) is Keyed:
+            self.keys.in_use = True
+        elif packet.handler == KEYS_HANDLER and not self.keys.ready:
+            messages = packet.payload if type(packet.payload) is tuple else (packet.payload,)
+            if all(type(message) is bytes for message in messages) and self.keys.take_pieces(packet.src, messages):
+                self.stats["key_tables_taken"] += 1
         if gap:
             self.repair.maybe_gap(packet.src)
         rule = DELIVERY_RULES[level]

@@ -33,6 +33,8 @@ class DeliveredMessage:
     handler: int | None
     index: int = 0
     """Position in its packet: messages packed under load share the packet's sequence number."""
+    key: bytes | None = None
+    """The key it was sent with (exactly-once sends), or None."""
 
 
 make_delivered_message = positional_maker(DeliveredMessage)
@@ -58,11 +60,15 @@ class Delivered:
     answer: bool = False
     """This process holds the lock of the packet's handler in the view it is delivered in: it is the member to
     answer the messages (paper 3.3, handlers)."""
+    keys: tuple[bytes, ...] | None = None
+    """The messages' keys, one per payload, for keyed messages (exactly-once sends); None for messages sent
+    without.  A keyed message the group had delivered already is not among the payloads."""
 
     def messages(self) -> list[DeliveredMessage]:
         make = make_delivered_message
-        return [make(self.group, self.src, self.seq, self.qos, self.ts, self.view, payload, self.handler, index)
-                for index, payload in enumerate(self.payloads)]
+        keys = self.keys or (None,) * len(self.payloads)
+        return [make(self.group, self.src, self.seq, self.qos, self.ts, self.view, payload, self.handler, index,
+                     key) for index, (payload, key) in enumerate(zip(self.payloads, keys, strict=True))]
 
 
 make_delivered = positional_maker(Delivered)
@@ -122,6 +128,20 @@ class UndeliveredSends:
     group: str
     seqs: tuple[int, ...]
     reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class AlreadyDelivered:
+    """A keyed message of this process was not delivered: the group had delivered its key already, at ``ts`` in
+    ``view`` (rmpd.protocol.keys).  ``seq`` is the sequence number ``send`` returned for this copy.  Told only at
+    the process that sent the copy; for its sender, the message is done as if delivered."""
+
+    group: str
+    src: ProcessId
+    seq: int
+    key: bytes
+    ts: int
+    view: ViewId
 
 
 @dataclass(frozen=True, slots=True)

@@ -81,7 +81,25 @@ RELAYED_TAG = "nm"
 RELAYED_VERDICTS = ("new", "duplicate", "summary-rejected", "too-early")
 """The SCMP verdicts a relayed call may carry (``rmpd.scmp.filter.Verdict`` values)."""
 
-Body = bytes | tuple[bytes, ...] | Fragment | Relayed
+KEYED_TAG = "k"
+
+MAX_KEY = 255
+"""Bytes a message's key may hold (a key names a message across its sender's retries: an order number, a
+request ID, a hash)."""
+
+
+class Keyed(NamedTuple):
+    """Messages that carry keys (exactly-once sends): ``keys`` one per message of ``body`` (a single message, a
+    packed tuple, or a fragment, whose key every piece repeats), ``stamp`` the sender's clock in ms when it queued
+    them, which moves the group's key retention forward in the order (rmpd.protocol.keys)."""
+
+    tag: str
+    stamp: int
+    keys: tuple[bytes, ...]
+    body: bytes | tuple[bytes, ...] | Fragment
+
+
+Body = bytes | tuple[bytes, ...] | Fragment | Relayed | Keyed
 
 
 def _fail(what: str) -> DecodeError:
@@ -214,11 +232,24 @@ def _locks_dec(v: Any) -> tuple[tuple[int, ProcessId], ...]:
 
 
 def _body_dec(v: Any) -> Body:
-    """One message (bytes), a packed list of at least two, a fragment [first, more, chunk], or a relayed
-    non-member call ["nm", caller, conn, stamp, flags, clock, payload, verdict]."""
+    """One message (bytes), a packed list of at least two, a fragment [first, more, chunk], a relayed
+    non-member call ["nm", caller, conn, stamp, flags, clock, payload, verdict], or keyed messages
+    ["k", stamp, [key, ...], body] around one of the first three (one key per message)."""
     if type(v) is bytes:
         return v
     items = _list(v)
+    if items and items[0] == KEYED_TAG:
+        if len(items) != 4:
+            raise _fail("keyed messages are [tag, stamp, keys, body]")
+        body = _body_dec(items[3])
+        if isinstance(body, (Relayed, Keyed)):
+            raise _fail("keyed messages hold plain messages")
+        keys = tuple(_list(items[2]))
+        if not all(type(key) is bytes and 0 < len(key) <= MAX_KEY for key in keys):
+            raise _fail("a key is 1 to 255 bytes")
+        if len(keys) != (len(body) if type(body) is tuple else 1):
+            raise _fail("one key per keyed message")
+        return Keyed(KEYED_TAG, _uint(items[1]), keys, body)
     if items and items[0] == RELAYED_TAG:
         if len(items) != 8:
             raise _fail("a relayed call is [tag, caller, conn, stamp, flags, clock, payload, verdict]")
@@ -239,6 +270,8 @@ def _body_dec(v: Any) -> Body:
 
 
 def _body_enc(v: Body) -> bytes | list[Any]:
+    if type(v) is Keyed:
+        return [KEYED_TAG, v.stamp, list(v.keys), _body_enc(v.body)]
     return list(v) if isinstance(v, tuple) else v  # a Fragment is a tuple too: [first, more, chunk]
 
 

@@ -8,7 +8,10 @@ caller was told the message was accepted.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from .config import EngineConfig
+from .fieldkinds import MAX_KEY
 from .qos import Level, QoS
 from .view import HANDLER_LOCKS, LIBRARY_HANDLER, MAX_LOCK
 
@@ -32,6 +35,26 @@ def check_message_size(config: EngineConfig, payload: bytes, qos: QoS) -> None:
         raise MessageTooLarge(f"a message is at most {config.max_message} bytes; this one has {len(payload)}")
     if qos.level == Level.UNRELIABLE and len(payload) > config.max_packet:
         raise MessageTooLarge(f"an unreliable message must fit one packet ({config.max_packet} bytes)")
+
+
+class BadKey(BadArgument):
+    """A key no group could keep: on a message below total order, empty or too long, or not one per message."""
+
+    code = "bad-key"
+
+
+def check_keys(payloads: Sequence[bytes], qos: QoS, keys: Sequence[bytes] | None) -> None:
+    """Keys are for total order and above: only there does every member see the same order, so only there can
+    every member make the same exactly-once decision."""
+    if keys is None:
+        return
+    if qos.level < Level.TOTAL:
+        raise BadKey(f"a key needs total order or above; this message is {qos.name()}")
+    if len(keys) != len(payloads):
+        raise BadKey(f"one key per message: {len(keys)} keys for {len(payloads)} messages")
+    for key in keys:
+        if type(key) is not bytes or not 0 < len(key) <= MAX_KEY:
+            raise BadKey(f"a key is 1 to {MAX_KEY} bytes")
 
 
 def check_handler(handler: int | None) -> None:

@@ -14,7 +14,7 @@ from enum import Enum
 
 from .ids import ProcessId, ViewId
 from .orderingq import OrderingQ, Slot, SlotKind, SlotState
-from .packets import Ack, Data, Fragment, NewList, Packet, Relayed
+from .packets import Ack, Data, Fragment, Keyed, NewList, Packet, Relayed
 from .qos import DELIVERY_RULES, Gate
 from .stability import Holdings
 from .view import View
@@ -351,6 +351,8 @@ class Ordering:
         nothing until the last piece, then the whole message (pieces of one source arrive in sequence order).
         A relayed call gives nothing here: the SCMP filter decides what it gives (``CallRelay``)."""
         body = packet.payload
+        if type(body) is Keyed:
+            body = body.body
         if isinstance(body, Relayed):
             return ()
         if isinstance(body, Fragment):

@@ -20,7 +20,7 @@ from typing import ClassVar
 
 import msgpack
 
-from .fieldkinds import FIELD_KINDS, MAX_LIST, Body, CallStatus, DataId, DecodeError, Fragment, Relayed
+from .fieldkinds import FIELD_KINDS, MAX_LIST, Body, CallStatus, DataId, DecodeError, Fragment, Keyed, Relayed
 from .ids import ProcessId, ViewId
 from .qos import QoS
 from .view import View
@@ -73,7 +73,8 @@ class Data(Packet):
 
     ``payload`` is one application message; or, for a packet packed under load, a tuple of several (at least two),
     delivered one after the other at the packet's place in the order; or a :class:`Fragment` of a message larger
-    than one packet, whose pieces have consecutive sequence numbers and which is delivered whole with the last.
+    than one packet, whose pieces have consecutive sequence numbers and which is delivered whole with the last;
+    any of the three may come :class:`Keyed`, one key per message.
     """
 
     view: ViewId
@@ -93,6 +94,8 @@ class Data(Packet):
     def size(self) -> int:
         """Application bytes carried (what the send window counts)."""
         body = self.payload
+        if type(body) is Keyed:
+            body = body.body
         if isinstance(body, Fragment):
             return len(body.chunk)
         if isinstance(body, Relayed):
@@ -166,7 +169,8 @@ class NewList(Packet):
     ``upper`` for join requests: a join from a process the ``done`` table does not know is refused when stamped at
     or below it (docs/protocol.md, "Join requests and SCMP").  ``ttls`` the multicast TTL each member asked for
     (the view's TTL is the largest) and ``address`` the group's multicast address (``ip:port``), which a joiner
-    checks against the address it derived from the name (section 3.1).
+    checks against the address it derived from the name (section 3.1).  ``keys``: the group has carried keyed
+    messages, so the processes this New List admits wait for the group's key table (rmpd.protocol.keys).
     """
 
     view: ViewId
@@ -186,10 +190,11 @@ class NewList(Packet):
     address: str | None
     join_floor: int = 0
     ttls: tuple[tuple[ProcessId, int], ...] = ()
+    keys: bool = False
     TYPE: ClassVar[PacketType] = PacketType.NEW_LIST
     KINDS: ClassVar[tuple[str, ...]] = (
         "view", "pid", "uint", "pid", "str", "view", "members", "seqs", "seqs", "locks", "uint",
-        "opt_pid", "opt_uint", "bool", "opt_str", "uint", "seqs",
+        "opt_pid", "opt_uint", "bool", "opt_str", "uint", "seqs", "bool",
     )
 
     @property

@@ -127,15 +127,17 @@ class RmpProcess(PacketRouting, Joining):
         self._engine(group).leave(now)
         self._collect(now)
 
-    def send(self, group: str, payload: bytes, qos: QoS, now: float, handler: int | None = None) -> int | None:
-        seq = self._engine(group).send(payload, qos, now, handler)
+    def send(self, group: str, payload: bytes, qos: QoS, now: float, handler: int | None = None,
+             key: bytes | None = None) -> int | None:
+        seq = self._engine(group).send(payload, qos, now, handler, key)
         self._collect(now)
         return seq
 
     def send_batch(self, group: str, payloads: Sequence[bytes], qos: QoS, now: float,
-                   handler: int | None = None) -> list[int] | None:
-        """Several messages at once, packed together (GroupEngine.send_batch); None when the group refuses them."""
-        seqs = self._engine(group).send_batch(payloads, qos, now, handler)
+                   handler: int | None = None, keys: Sequence[bytes] | None = None) -> list[int] | None:
+        """Several messages at once, packed together (GroupEngine.send_batch); None when the group refuses them.
+        ``keys``: one per message, for exactly-once sends (BadKey for keys the group cannot keep)."""
+        seqs = self._engine(group).send_batch(payloads, qos, now, handler, keys)
         self._collect(now)
         return seqs
 

@@ -58,37 +58,43 @@ class Sender:
         """Nothing queued or in flight."""
         return not self.outstanding and not self.send_queue
 
-    def queue(self, payloads: Sequence[bytes], qos: QoS, handler: int | None) -> list[int]:
-        """Queue reliable messages, packing them into the packet at the queue's tail while it has room."""
+    def queue(self, payloads: Sequence[bytes], qos: QoS, handler: int | None,
+              keys: Sequence[bytes] | None = None, stamp: int = 0) -> list[int]:
+        """Queue reliable messages, packing them into the packet at the queue's tail while it has room.  Keyed
+        messages (``keys`` aligned with ``payloads``, ``stamp`` the clock in ms) pack only with keyed ones."""
         config = self.config
         seqs: list[int] = []
         queue = self.send_queue
         limit = self.window.packet_limit()
+        keyed = keys is not None
         i, count = 0, len(payloads)
         while i < count:
             payload = payloads[i]
             if len(payload) > config.max_packet:
-                seqs.append(self._queue_fragments(payload, qos, handler))
+                seqs.append(self._queue_fragments(payload, qos, handler, None if keys is None else keys[i], stamp))
                 i += 1
                 continue
             tail = queue[-1] if queue else None
-            if tail is not None and tail.packs(qos, handler):
-                end = tail.take_run(payloads, i, limit, config.max_packet)
+            if tail is not None and tail.packs(qos, handler, keyed):
+                end = tail.take_run(payloads, i, limit, config.max_packet, keys)
                 if end > i:
                     seqs.extend(itertools.repeat(tail.seq, end - i))
                     self.stats["packed"] += end - i
                     i = end
                     continue
-            queue.append(Queued(self.next_seq, qos, handler, [payload], len(payload)))
+            queue.append(Queued(self.next_seq, qos, handler, [payload], len(payload),
+                                keys=None if keys is None else [keys[i]], stamp=stamp))
             seqs.append(self.next_seq)
             self.next_seq += 1
             i += 1
         return seqs
 
-    def _queue_fragments(self, payload: bytes, qos: QoS, handler: int | None) -> int:
+    def _queue_fragments(self, payload: bytes, qos: QoS, handler: int | None, key: bytes | None,
+                         stamp: int) -> int:
         """A message larger than MAX_PACKET goes as pieces with consecutive sequence numbers; it is delivered
         whole, at the place of its last piece, which is also the sequence number the sender gets.  Pieces of an
-        unordered message travel source ordered, so every member reassembles them in sequence."""
+        unordered message travel source ordered, so every member reassembles them in sequence.  Every piece of a
+        keyed message carries its key."""
         if qos.level == Level.UNORDERED:
             qos = QoS(Level.SOURCE)
         size = self.config.max_packet
@@ -96,7 +102,7 @@ class Sender:
         for i in range(count):
             chunk = payload[i * size:(i + 1) * size]
             self.send_queue.append(Queued(self.next_seq, qos, handler, [chunk], len(chunk), more=i < count - 1,
-                                          first=i == 0))
+                                          first=i == 0, keys=None if key is None else [key], stamp=stamp))
             self.next_seq += 1
         self.stats["fragmented"] += 1
         return self.next_seq - 1

@@ -21,6 +21,10 @@ LIBRARY_HANDLER = HANDLER_LOCKS
 """The handler number the client library's own messages carry (state transfer, rmpd.client.state): delivered to
 every member like any message, tied to no lock, and kept out of what a program reads from its Group."""
 
+KEYS_HANDLER = LIBRARY_HANDLER + 1
+"""The handler number of the engine's own messages that hand the group's key table to a joiner (rmpd.protocol.keys):
+ordered like any message and never handed to the application."""
+
 
 @dataclass(frozen=True)
 class View:

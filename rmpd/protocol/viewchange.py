@@ -16,6 +16,7 @@ from dataclasses import replace
 from .context import GroupContext
 from .events import LockResult
 from .ids import ProcessId, ViewCounter
+from .keys import KeyTable
 from .membership import Op, apply_change
 from .ordering import Ordering
 from .packets import CallStatus, ListChangeRequest, NewList, NonMemberAck
@@ -26,14 +27,16 @@ from .timers import Backoff
 class ViewChanges:
     """Requests waiting at a token site, this member's own requests, and its leave."""
 
-    def __init__(self, ctx: GroupContext, ordering: Ordering, relay: CallRelay, *, view_counter: ViewCounter,
-                 request_ids: Iterator[int] | None, join_floor: int, joined_by: NewList | None) -> None:
+    def __init__(self, ctx: GroupContext, ordering: Ordering, relay: CallRelay, keys: KeyTable, *,
+                 view_counter: ViewCounter, request_ids: Iterator[int] | None, join_floor: int,
+                 joined_by: NewList | None) -> None:
         """``join_floor``: this member's own bound for join requests from processes the group has no entry for
-        (see ``join_admissible``); the group's, carried in every New List, is taken too when it is higher."""
+        (see ``join_admissible``); the group's, carried in every New List, is taken too when it is higher.
+        ``keys``: whether the group carried keyed messages, which a New List that admits a process says."""
         config = ctx.config
         self.pid, self.group, self.config, self.views = ctx.pid, ctx.group, config, ctx.views
         self.outbox, self.stats = ctx.outbox, ctx.stats
-        self.ordering, self.relay, self.view_counter = ordering, relay, view_counter
+        self.ordering, self.relay, self.view_counter, self.keys = ordering, relay, view_counter, keys
         self.apply_change = apply_change
         """The membership rules (membership.py) a token site applies."""
         self.pending: dict[tuple[ProcessId, int], ListChangeRequest] = {}
@@ -140,7 +143,7 @@ class ViewChanges:
                 tuple((m, m not in change.unicast_only) for m in members),
                 tuple(seqs.items()), tuple(done.items()), change.locks, change.min_partition,
                 None if replaces else request.src, None if replaces else request.request_id, change.granted, None,
-                self.join_floor, change.ttls,
+                self.join_floor, change.ttls, self.keys.in_use,
             )
         return None
 

@@ -1,0 +1,162 @@
+"""Exactly-once sends: the keys a group delivered, kept as part of the group's state in the group's order.
+
+A keyed message is delivered at most once in the group: every member keeps the keys delivered within a retention
+window, and a keyed message whose key is in the table is not delivered again, at any member.  Every member applies
+the same table to the same order, so every member makes the same decision; the sender's process is told where the
+key was delivered first (``AlreadyDelivered``), so that a program that resends after a fault knows it is done.
+
+The table forgets by count and by time, both carried in the order, never by a local clock: the time is the highest
+``stamp`` (the sender's clock in ms) of the keyed packets delivered so far, so every member drops the same entries
+at the same place of the order.
+
+A process that joins (or rejoins, after a cut-off, a merge or a restart) takes the table at its place in the order:
+the first member of the view that was in the view before sends the table as it stood at the New List that admitted
+the joiner, in totally ordered messages of its own handler (``KEYS_HANDLER``), and the joiner, before it delivers
+its first keyed message, waits until it holds the whole table (it takes the pieces as they arrive, before they are
+ordered: the table is of the New List's place, and the joiner has delivered no keyed message since).  Until then
+it delivers everything that carries no key, so nothing but keyed deliveries waits, and only at a joiner.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import msgpack
+
+from .fieldkinds import MAX_KEY
+from .ids import ProcessId, ViewId
+
+__all__ = ["MAX_KEY", "KeyRecord", "KeyTable"]
+
+PIECE_SIZE = 4096
+"""Bytes of the encoded table per message of its transfer: packed several to a packet, never a fragment."""
+
+_MAX_PIECES = 1 << 16
+
+
+@dataclass(frozen=True, slots=True)
+class KeyRecord:
+    """Where a key was delivered: the timestamp and view of its place in the order, and its packet's stamp."""
+
+    ts: int
+    view: ViewId
+    stamp: int
+
+
+class KeyTable:
+    """The keys the group delivered, oldest first, and the table on its way to a joiner."""
+
+    def __init__(self, retention_count: int, retention_ms: int, awaiting: ViewId | None = None) -> None:
+        """``awaiting``: this process joined into that view and has no table until it receives the group's."""
+        self.retention_count = retention_count
+        self.retention_ms = retention_ms
+        self.entries: dict[bytes, KeyRecord] = {}
+        """Key -> where it was delivered; in delivery order, so the oldest is forgotten first."""
+        self.clock = 0
+        """The highest stamp delivered (ms): the group's time for retention, the same at every member."""
+        self.awaiting = awaiting
+        self.in_use = awaiting is not None
+        """The group carried keyed messages while this process was in it (or before: it waits for their table).
+        A New List that admits processes says so, and only then is a table sent and waited for, so a group that
+        never uses keys pays nothing for them."""
+        self._pieces: dict[ProcessId, dict[int, bytes]] = {}
+        self.refused = 0
+        """Pieces of a table that were not well formed or not for this joiner (counted, dropped)."""
+
+    @property
+    def ready(self) -> bool:
+        """This member holds the group's table (it may decide keyed deliveries)."""
+        return self.awaiting is None
+
+    def first_delivery(self, key: bytes, ts: int, view: ViewId, stamp: int) -> KeyRecord | None:
+        """Where ``key`` was delivered already (the copy at ``ts`` is not delivered), or None: it is delivered now,
+        at ``ts``, and kept."""
+        record = self.entries.get(key)
+        if record is not None:
+            return record
+        self.entries[key] = KeyRecord(ts, view, stamp)
+        return None
+
+    def advance(self, stamp: int) -> None:
+        """A keyed packet was delivered: the group's time moves to its stamp (if later), and what is past the
+        retention, by count or by time, is forgotten, oldest first."""
+        if stamp > self.clock:
+            self.clock = stamp
+        entries = self.entries
+        horizon = self.clock - self.retention_ms
+        while entries:
+            oldest = next(iter(entries))
+            if len(entries) <= self.retention_count and entries[oldest].stamp >= horizon:
+                break
+            del entries[oldest]
+
+    # ------------------------------------------------------------------------------------------------------------
+    # Transfer to joiners
+
+    def pieces_for(self, view: ViewId) -> list[bytes]:
+        """The table as it stands, for the joiners of ``view``: messages of at most about PIECE_SIZE bytes."""
+        views: dict[ViewId, int] = {}
+        rows = [[key, record.ts, views.setdefault(record.view, len(views)), record.stamp]
+                for key, record in self.entries.items()]
+        table = msgpack.packb([self.clock, [list(v) for v in views], rows], use_bin_type=True)
+        count = max(1, -(-len(table) // PIECE_SIZE))
+        target = list(view)
+        return [msgpack.packb([target, index, count, table[index * PIECE_SIZE:(index + 1) * PIECE_SIZE]],
+                              use_bin_type=True) for index in range(count)]
+
+    def take_pieces(self, src: ProcessId, messages: tuple[bytes, ...]) -> bool:
+        """Pieces of a table from ``src`` (a packet of KEYS_HANDLER, as received); True when this joiner now holds
+        the whole table.  Pieces for another joiner's view, or not well formed, are dropped and counted."""
+        if self.awaiting is None:
+            return False
+        pieces = self._pieces.setdefault(src, {})
+        count = None
+        for message in messages:
+            piece = self._piece(message)
+            if piece is None:
+                self.refused += 1
+                continue
+            index, count, chunk = piece
+            pieces[index] = chunk
+        if count is None or len(pieces) < count or not all(index in pieces for index in range(count)):
+            return False
+        table = b"".join(pieces[index] for index in range(count))
+        if not self._install(table):
+            self.refused += 1
+            del self._pieces[src]
+            return False
+        self.awaiting = None
+        self._pieces.clear()
+        return True
+
+    def _piece(self, message: bytes) -> tuple[int, int, bytes] | None:
+        try:
+            fields = msgpack.unpackb(message, raw=False, max_array_len=4, max_map_len=0, max_bin_len=2 * PIECE_SIZE)
+        except (ValueError, msgpack.ExtraData, msgpack.FormatError, msgpack.StackError):
+            return None
+        if not (isinstance(fields, list) and len(fields) == 4 and isinstance(fields[0], list)
+                and len(fields[0]) == 2 and type(fields[1]) is int and type(fields[2]) is int
+                and type(fields[3]) is bytes):
+            return None
+        target, index, count, chunk = fields
+        if tuple(target) != tuple(self.awaiting or ()) or not 0 <= index < count <= _MAX_PIECES:
+            return None
+        return index, count, chunk
+
+    def _install(self, table: bytes) -> bool:
+        try:
+            clock, views, rows = msgpack.unpackb(table, raw=False, max_map_len=0)
+            view_ids = [ViewId(str(creator), int(counter)) for creator, counter in views]
+            entries = {bytes(key): KeyRecord(int(ts), view_ids[at], int(stamp)) for key, ts, at, stamp in rows}
+        except (ValueError, TypeError, IndexError, msgpack.ExtraData, msgpack.FormatError, msgpack.StackError):
+            return False
+        self.entries = entries
+        self.clock = int(clock)
+        return True
+
+    def __iter__(self) -> Iterator[tuple[bytes, KeyRecord]]:
+        return iter(self.entries.items())
+
+    def __len__(self) -> int:
+        return len(self.entries)

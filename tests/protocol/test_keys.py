@@ -1,0 +1,161 @@
+"""Exactly-once sends in the engine: a key is delivered at most once in the group's order, at every member, and a
+joiner takes the group's key table before it decides a keyed delivery (rmpd.protocol.keys)."""
+
+from __future__ import annotations
+
+import pytest
+
+from rmpd.protocol.config import EngineConfig
+from rmpd.protocol.events import AlreadyDelivered, Delivered
+from rmpd.protocol.fieldkinds import DecodeError, Keyed
+from rmpd.protocol.ids import ViewId
+from rmpd.protocol.limits import BadKey
+from rmpd.protocol.packets import Data, decode, encode
+from rmpd.protocol.qos import QoS
+
+from .harness import Net
+
+
+def group_of(n: int, config: EngineConfig | None = None, joined: int | None = None) -> Net:
+    """``joined`` of ``n`` processes (all by default) in group ``g``, joined one after the other."""
+    net = Net(n, config)
+    net.do(0, lambda p, now: p.create("g", now))
+    for i in range(1, n if joined is None else joined):
+        net.do(i, lambda p, now: p.join("g", now))
+        net.advance(0.5)
+    return net
+
+
+def send(net: Net, i: int, payloads: list[bytes], keys: list[bytes] | None, qos: QoS = QoS.TOTAL) -> None:
+    net.do(i, lambda p, now: p.send_batch("g", payloads, qos, now, keys=keys))
+
+
+def keyed(net: Net, i: int) -> list[tuple[bytes | None, bytes]]:
+    """(key, payload) of every message member ``i`` delivered, in order."""
+    return [(d.key, d.payload) for d in net.deliveries(i)]
+
+
+def test_a_key_sent_again_is_delivered_once_everywhere_and_its_sender_is_told_where() -> None:
+    net = group_of(3)
+    send(net, 1, [b"first"], [b"order-42"])
+    net.advance(0.5)
+    send(net, 1, [b"again"], [b"order-42"])
+    send(net, 2, [b"other sender"], [b"order-42"])
+    send(net, 2, [b"plain"], None)
+    net.advance(0.5)
+    for i in range(3):
+        assert keyed(net, i) == [(b"order-42", b"first"), (None, b"plain")]
+    first = next(e for e in net.events[net.pids[0]] if isinstance(e, Delivered) and e.keys)
+    told_1 = net.of_type(1, AlreadyDelivered)
+    told_2 = net.of_type(2, AlreadyDelivered)
+    assert [(t.key, t.ts, t.view) for t in told_1 + told_2] == [(b"order-42", first.ts, first.view)] * 2
+    assert not net.of_type(0, AlreadyDelivered)  # only the copy's own sender is told
+
+
+def test_a_packed_batch_keeps_the_first_copy_of_each_key() -> None:
+    net = group_of(2)
+    send(net, 0, [b"a1", b"b1", b"a2", b"c1"], [b"a", b"b", b"a", b"c"])
+    net.advance(0.5)
+    for i in range(2):
+        assert keyed(net, i) == [(b"a", b"a1"), (b"b", b"b1"), (b"c", b"c1")]
+    assert [t.key for t in net.of_type(0, AlreadyDelivered)] == [b"a"]
+
+
+def test_a_large_keyed_message_travels_as_fragments_and_is_kept_once() -> None:
+    net = group_of(2, EngineConfig(journal=True, max_packet=2048, min_packet=1024))
+    big = bytes(range(256)) * 40
+    send(net, 0, [big], [b"big"])
+    net.advance(0.5)
+    send(net, 1, [big], [b"big"])
+    net.advance(0.5)
+    for i in range(2):
+        assert keyed(net, i) == [(b"big", big)]
+    assert [t.key for t in net.of_type(1, AlreadyDelivered)] == [b"big"]
+
+
+def test_keys_the_group_cannot_keep_are_refused_before_anything_is_sent() -> None:
+    net = group_of(2)
+    for qos in (QoS.SOURCE, QoS.UNORDERED, QoS.UNRELIABLE):
+        with pytest.raises(BadKey, match="total order"):
+            send(net, 0, [b"x"], [b"k"], qos)
+    with pytest.raises(BadKey, match="1 to 255"):
+        send(net, 0, [b"x"], [b"k" * 256])
+    with pytest.raises(BadKey, match="1 to 255"):
+        send(net, 0, [b"x"], [b""])
+    with pytest.raises(BadKey, match="one key per message"):
+        send(net, 0, [b"x", b"y"], [b"k"])
+    net.advance(0.5)
+    assert net.delivered(1) == []
+    send(net, 0, [b"x"], [b"k"], QoS.SAFE)
+    net.advance(0.5)
+    assert keyed(net, 1) == [(b"k", b"x")]
+
+
+def test_a_joiner_takes_the_table_and_filters_a_key_delivered_before_it_joined() -> None:
+    net = group_of(3, joined=2)
+    send(net, 0, [b"before"], [b"order-1"])
+    net.advance(0.5)
+    net.do(2, lambda p, now: p.join("g", now))
+    net.advance(0.5)
+    assert net[2].view("g") is not None and net.pids[2] in net[2].view("g").members
+    send(net, 2, [b"resent by the joiner"], [b"order-1"])
+    send(net, 1, [b"new"], [b"order-2"])
+    net.advance(0.5)
+    assert keyed(net, 0) == keyed(net, 1) == [(b"order-1", b"before"), (b"order-2", b"new")]
+    assert keyed(net, 2) == [(b"order-2", b"new")]
+    assert [t.key for t in net.of_type(2, AlreadyDelivered)] == [b"order-1"]
+    assert net[0].counters()["key_tables_sent"] == 1
+
+
+def test_a_joiner_delivers_no_keyed_message_before_it_holds_the_table() -> None:
+    """The table's pieces are lost until later: the joiner holds back keyed deliveries (never deciding without the
+    table), delivers what carries no key, and catches up once the table arrives."""
+    net = group_of(3, joined=2)
+    send(net, 0, [b"before"], [b"order-1"])
+    net.advance(0.5)
+    losing = True
+    net.drop = lambda src, dst, p: losing and isinstance(p, Data) and p.handler == 7 and dst == net.pids[2]
+    net.do(2, lambda p, now: p.join("g", now))
+    net.advance(0.5)
+    send(net, 1, [b"again"], [b"order-1"])
+    send(net, 1, [b"plain"], None)
+    net.advance(0.3)
+    assert keyed(net, 2) == []  # "plain" comes after the keyed copy in the order: it waits too
+    losing = False
+    net.advance(3.0)
+    assert keyed(net, 2) == [(None, b"plain")]
+    assert keyed(net, 0) == [(b"order-1", b"before"), (None, b"plain")]
+
+
+def test_a_group_without_keys_hands_no_table_to_joiners() -> None:
+    net = group_of(3)
+    send(net, 0, [b"x"], None)
+    net.advance(0.5)
+    assert all(not net[i].counters()["key_tables_sent"] for i in range(3))
+    assert net.delivered(2) == [b"x"]
+
+
+def test_the_table_forgets_by_count_alike_at_every_member() -> None:
+    net = group_of(2, EngineConfig(journal=True, key_retention_count=2))
+    for key in (b"a", b"b", b"c"):
+        send(net, 0, [key], [key])
+        net.advance(0.2)
+    send(net, 1, [b"a again"], [b"a"])  # forgotten: delivered again
+    send(net, 1, [b"c again"], [b"c"])  # kept: not
+    net.advance(0.5)
+    for i in range(2):
+        assert keyed(net, i) == [(b"a", b"a"), (b"b", b"b"), (b"c", b"c"), (b"a", b"a again")]
+
+
+def test_keyed_bodies_round_trip_and_hostile_ones_are_refused() -> None:
+    view = ViewId("10.0.0.1:7000", 3)
+    for body in (Keyed("k", 5, (b"x",), b"m"), Keyed("k", 5, (b"x", b"y"), (b"m", b"n"))):
+        packet = Data(view, "10.0.0.1:7000", 1, QoS.TOTAL, None, body)
+        assert decode(encode(packet)) == packet
+    too_many = encode(Data(view, "10.0.0.1:7000", 1, QoS.TOTAL, None, Keyed("k", 5, (b"x", b"y", b"z"),
+                                                                               (b"m", b"n"))))
+    with pytest.raises(DecodeError, match="one key per"):
+        decode(too_many)
+    too_long = encode(Data(view, "10.0.0.1:7000", 1, QoS.TOTAL, None, Keyed("k", 5, (b"x" * 256,), b"m")))
+    with pytest.raises(DecodeError, match="1 to 255"):
+        decode(too_long)

@@ -32,7 +32,8 @@ class Deliverer:
         """``commit_view``: the engine's step when the total order reaches a New List; False when this member is
         out of the group after it (nothing more is delivered here).  ``send_keys``: sends the key table to the
         joiners of a view, as totally ordered messages of KEYS_HANDLER (the engine's)."""
-        self.pid, self.group, self.journal, self.views = ctx.pid, ctx.group, ctx.config.journal, ctx.views
+        self.pid, self.group, self.config, self.views = ctx.pid, ctx.group, ctx.config, ctx.views
+        self.journal = ctx.config.journal
         self.outbox, self.stats = ctx.outbox, ctx.stats
         self.ordering, self.holdings, self.relay, self.commit_view = ordering, holdings, relay, commit_view
         self.keys, self.send_keys = keys, send_keys
@@ -126,7 +127,9 @@ class Deliverer:
             slot, packet, holders, need = step
             if packet is not None:
                 if not self.keys.ready and type(packet.payload) is Keyed:
-                    return  # a joiner decides no keyed delivery before it holds the group's table (on_data)
+                    # A joiner decides no keyed delivery before it holds the group's table (on_data takes it).
+                    self.keys.wait_from(now, 2 * self.config.fail_after)
+                    return
                 self.deliver(packet, slot.ts, now, holders, need)
             ordering.finish(slot)
             if packet is None and isinstance(slot.packet, NewList):

@@ -138,7 +138,8 @@ class GroupEngine(PacketIntake, MembershipEnding, ReformationSide):
         self.repair = repair = Repair(ctx, ordering, token, start_ts=start_ts, suspect=self.suspect_failure)
         self.deliverer = Deliverer(ctx, ordering, holdings, relay, self.keys,
                                   commit_view=lambda nl, now: self.rotation.commit_view(nl, now),
-                                  send_keys=self._send_keys)
+                                  send_keys=lambda pieces, now: self.sender.send_now(
+                                      pieces, QoS(Level.TOTAL), KEYS_HANDLER, self.views.current.view_id, now))
         self.reformation = Reformation(ctx, rng, view_counter, host=self)
         self.timers = timers = TimerRegistry()
         timers.add("reformation", self.reformation, self.reformation.on_timer)
@@ -153,6 +154,8 @@ class GroupEngine(PacketIntake, MembershipEnding, ReformationSide):
         timers.add("request", self.changes.timer, self._request_due, frozen_stops=True, departed_stops=True)
         self.liveness = Liveness(ctx, now, suspect=self.suspect_failure, merge=self._merge, cut_off=self._cut_off)
         timers.add("alive", self.liveness.timer, self.liveness.due, frozen_stops=True, departed_stops=True)
+        timers.add("keys", self.keys.wait, lambda now: self._cut_off(now, "the group's key table did not arrive"),
+                   departed_stops=True)
         if joined_by is not None:
             self.liveness.joined_from(joined_by.view)
         self.departure = Departure(ctx, ordering, holdings, token, timers)
@@ -293,11 +296,6 @@ class GroupEngine(PacketIntake, MembershipEnding, ReformationSide):
         self.sender.fill_window(self.views.current.view_id, now)
         self._progress(now)
         return seqs
-
-    def _send_keys(self, pieces: list[bytes], now: float) -> None:
-        """Hand the key table to the view's joiners: totally ordered messages of KEYS_HANDLER."""
-        self.sender.queue(pieces, QoS(Level.TOTAL), KEYS_HANDLER)
-        self.sender.fill_window(self.views.current.view_id, now)
 
     def _send_unreliable(self, payload: bytes, qos: QoS, handler: int | None, now: float) -> int:
         packet = self.sender.unreliable(self.views.current.view_id, payload, qos, handler)

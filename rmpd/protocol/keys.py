@@ -26,6 +26,7 @@ import msgpack
 
 from .fieldkinds import MAX_KEY
 from .ids import ProcessId, ViewId
+from .timers import Deadline
 
 __all__ = ["MAX_KEY", "KeyRecord", "KeyTable"]
 
@@ -60,6 +61,9 @@ class KeyTable:
         """The group carried keyed messages while this process was in it (or before: it waits for their table).
         A New List that admits processes says so, and only then is a table sent and waited for, so a group that
         never uses keys pays nothing for them."""
+        self.wait = Deadline()
+        """Armed when this joiner first holds back a keyed delivery for the table: if the table is not in by then
+        (the member sending it failed), the membership ends and the process joins again (``wait_from``)."""
         self._pieces: dict[ProcessId, dict[int, bytes]] = {}
         self.refused = 0
         """Pieces of a table that were not well formed or not for this joiner (counted, dropped)."""
@@ -68,6 +72,11 @@ class KeyTable:
     def ready(self) -> bool:
         """This member holds the group's table (it may decide keyed deliveries)."""
         return self.awaiting is None
+
+    def wait_from(self, now: float, patience: float) -> None:
+        """A keyed delivery waits for the table: give it ``patience`` seconds from the first such wait."""
+        if self.wait.deadline is None:
+            self.wait.deadline = now + patience
 
     def first_delivery(self, key: bytes, ts: int, view: ViewId, stamp: int) -> KeyRecord | None:
         """Where ``key`` was delivered already (the copy at ``ts`` is not delivered), or None: it is delivered now,
@@ -127,6 +136,7 @@ class KeyTable:
             del self._pieces[src]
             return False
         self.awaiting = None
+        self.wait.stop()
         self._pieces.clear()
         return True
 

@@ -89,6 +89,12 @@ class Sender:
             i += 1
         return seqs
 
+    def send_now(self, payloads: Sequence[bytes], qos: QoS, handler: int | None, view_id: ViewId,
+                 now: float) -> None:
+        """Queue messages of the engine's own (a key table for joiners) and send what the window allows."""
+        self.queue(payloads, qos, handler)
+        self.fill_window(view_id, now)
+
     def _queue_fragments(self, payload: bytes, qos: QoS, handler: int | None, key: bytes | None,
                          stamp: int) -> int:
         """A message larger than MAX_PACKET goes as pieces with consecutive sequence numbers; it is delivered

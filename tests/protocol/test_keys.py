@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from rmpd.protocol.config import EngineConfig
-from rmpd.protocol.events import AlreadyDelivered, Delivered
+from rmpd.protocol.events import AlreadyDelivered, Delivered, Left
 from rmpd.protocol.fieldkinds import DecodeError, Keyed
 from rmpd.protocol.ids import ViewId
 from rmpd.protocol.limits import BadKey
@@ -159,3 +159,25 @@ def test_keyed_bodies_round_trip_and_hostile_ones_are_refused() -> None:
     too_long = encode(Data(view, "10.0.0.1:7000", 1, QoS.TOTAL, None, Keyed("k", 5, (b"x" * 256,), b"m")))
     with pytest.raises(DecodeError, match="1 to 255"):
         decode(too_long)
+
+
+def test_a_joiner_whose_table_never_comes_joins_again_and_takes_it_then() -> None:
+    """The table is lost to the joiner for good (as when the member sending it fails): the joiner does not decide
+    keyed deliveries without it; its membership ends after a while and it joins again, and then takes it."""
+    net = group_of(3, joined=2)
+    send(net, 0, [b"before"], [b"order-1"])
+    net.advance(0.5)
+    losing = True
+    net.drop = lambda src, dst, p: losing and isinstance(p, Data) and p.handler == 7 and dst == net.pids[2]
+    net.do(2, lambda p, now: p.join("g", now))
+    net.advance(0.5)
+    send(net, 1, [b"again"], [b"order-1"])
+    assert net.advance_until(lambda: bool(net.of_type(2, Left)), limit=15.0) is not None
+    assert net.of_type(2, Left)[0].rejoining
+    losing = False
+    net.advance(3.0)
+    send(net, 2, [b"after"], [b"order-1"])
+    send(net, 2, [b"fresh"], [b"order-3"])
+    net.advance(1.0)
+    assert keyed(net, 2) == [(b"order-3", b"fresh")]
+    assert keyed(net, 0) == keyed(net, 1) == [(b"order-1", b"before"), (b"order-3", b"fresh")]

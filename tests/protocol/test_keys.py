@@ -162,22 +162,30 @@ def test_keyed_bodies_round_trip_and_hostile_ones_are_refused() -> None:
 
 
 def test_a_joiner_whose_table_never_comes_joins_again_and_takes_it_then() -> None:
-    """The table is lost to the joiner for good (as when the member sending it fails): the joiner does not decide
-    keyed deliveries without it; its membership ends after a while and it joins again, and then takes it."""
+    """The member that would send the table fails as the joiner is admitted: the joiner does not decide keyed
+    deliveries without the table, its membership ends after a while, and it joins again and takes it then."""
     net = group_of(3, joined=2)
     send(net, 0, [b"before"], [b"order-1"])
     net.advance(0.5)
-    losing = True
-    net.drop = lambda src, dst, p: losing and isinstance(p, Data) and p.handler == 7 and dst == net.pids[2]
+    crashed = []
+
+    def crash_as_the_table_leaves(src: str, dst: str, packet: object) -> bool:
+        if isinstance(packet, Data) and packet.handler == 7 and src == net.pids[0]:
+            crashed.append(True)
+        return bool(crashed) and net.pids[0] in (src, dst)
+
+    net.drop = crash_as_the_table_leaves
     net.do(2, lambda p, now: p.join("g", now))
     net.advance(0.5)
     send(net, 1, [b"again"], [b"order-1"])
-    assert net.advance_until(lambda: bool(net.of_type(2, Left)), limit=15.0) is not None
-    assert net.of_type(2, Left)[0].rejoining
-    losing = False
-    net.advance(3.0)
-    send(net, 2, [b"after"], [b"order-1"])
+    send(net, 1, [b"new"], [b"order-2"])
+    assert net.advance_until(lambda: bool(net.of_type(2, Left)), limit=30.0) is not None
+    assert [(left.reason, left.rejoining) for left in net.of_type(2, Left)] == [
+        ("the group's key table did not arrive", True)]
+    assert net.advance_until(lambda: net.pids[2] in (net[2].view("g") or ()), limit=10.0) is not None
+    send(net, 2, [b"after"], [b"order-2"])
     send(net, 2, [b"fresh"], [b"order-3"])
     net.advance(1.0)
     assert keyed(net, 2) == [(b"order-3", b"fresh")]
-    assert keyed(net, 0) == keyed(net, 1) == [(b"order-1", b"before"), (b"order-3", b"fresh")]
+    assert keyed(net, 1) == [(b"order-1", b"before"), (b"order-2", b"new"), (b"order-3", b"fresh")]
+    assert [t.key for t in net.of_type(2, AlreadyDelivered)] == [b"order-2"]

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from .packets import Ack, Data, NewList, RecoveryVote
+from .packets import Ack, Data, Keyed, NewList, RecoveryVote
 
 PACKET_NAMES = {
     "Data": "data", "Ack": "ack", "Confirm": "confirm", "Nack": "nack", "NewList": "new_list",
@@ -24,13 +24,20 @@ def _ack_fields(packet: Ack) -> dict[str, Any]:
             "orders": [[s, n, q.name()] for s, n, q in packet.ids]}
 
 
+def _data_fields(packet: Data) -> dict[str, Any]:
+    fields = {"src": packet.src, "seq": packet.seq, "qos": packet.qos.name()}
+    if type(packet.payload) is Keyed:
+        fields["keys"] = [key.hex() for key in packet.payload.keys]
+    return fields
+
+
 def _new_list_fields(packet: NewList) -> dict[str, Any]:
     return {"ts": packet.ts, "src": packet.src, "next": packet.next_site, "orders": [],
             "members": [m for m, _ in packet.members], "new_view": str(packet.new_view)}
 
 
 RECORD_FIELDS: dict[type, Callable[[Any], dict[str, Any]]] = {
-    Data: lambda p: {"src": p.src, "seq": p.seq, "qos": p.qos.name()},
+    Data: _data_fields,
     Ack: _ack_fields,
     NewList: _new_list_fields,
     RecoveryVote: lambda p: {"ts": p.sync_ts, "src": p.src},

@@ -19,6 +19,7 @@ it delivers everything that carries no key, so nothing but keyed deliveries wait
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -53,7 +54,10 @@ class KeyTable:
         self.retention_count = retention_count
         self.retention_ms = retention_ms
         self.entries: dict[bytes, KeyRecord] = {}
-        """Key -> where it was delivered; in delivery order, so the oldest is forgotten first."""
+        """Key -> where it was delivered."""
+        self.order: deque[bytes] = deque()
+        """The keys in ``entries``, oldest delivered first: forgotten from the left (a dict would scan the holes
+        its deletions leave at the front each time its oldest entry is asked for)."""
         self.clock = 0
         """The highest stamp delivered (ms): the group's time for retention, the same at every member."""
         self.awaiting = awaiting
@@ -85,6 +89,7 @@ class KeyTable:
         if record is not None:
             return record
         self.entries[key] = KeyRecord(ts, view, stamp)
+        self.order.append(key)
         return None
 
     def advance(self, stamp: int) -> None:
@@ -92,13 +97,10 @@ class KeyTable:
         retention, by count or by time, is forgotten, oldest first."""
         if stamp > self.clock:
             self.clock = stamp
-        entries = self.entries
+        entries, order = self.entries, self.order
         horizon = self.clock - self.retention_ms
-        while entries:
-            oldest = next(iter(entries))
-            if len(entries) <= self.retention_count and entries[oldest].stamp >= horizon:
-                break
-            del entries[oldest]
+        while order and (len(order) > self.retention_count or entries[order[0]].stamp < horizon):
+            del entries[order.popleft()]
 
     # ------------------------------------------------------------------------------------------------------------
     # Transfer to joiners
@@ -107,7 +109,7 @@ class KeyTable:
         """The table as it stands, for the joiners of ``view``: messages of at most about PIECE_SIZE bytes."""
         views: dict[ViewId, int] = {}
         rows = [[key, record.ts, views.setdefault(record.view, len(views)), record.stamp]
-                for key, record in self.entries.items()]
+                for key, record in self]
         table = msgpack.packb([self.clock, [list(v) for v in views], rows], use_bin_type=True)
         count = max(1, -(-len(table) // PIECE_SIZE))
         target = list(view)
@@ -161,12 +163,17 @@ class KeyTable:
             entries = {bytes(key): KeyRecord(int(ts), view_ids[at], int(stamp)) for key, ts, at, stamp in rows}
         except (ValueError, TypeError, IndexError, msgpack.ExtraData, msgpack.FormatError, msgpack.StackError):
             return False
+        if len(entries) != len(rows):
+            return False  # a key twice: not a table any member keeps
         self.entries = entries
+        self.order = deque(entries)
         self.clock = int(clock)
         return True
 
     def __iter__(self) -> Iterator[tuple[bytes, KeyRecord]]:
-        return iter(self.entries.items())
+        """(key, where it was delivered), oldest first."""
+        entries = self.entries
+        return ((key, entries[key]) for key in self.order)
 
     def __len__(self) -> int:
         return len(self.entries)

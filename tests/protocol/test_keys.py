@@ -4,11 +4,14 @@ joiner takes the group's key table before it decides a keyed delivery (rmpd.prot
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from rmpd.protocol.config import EngineConfig
 from rmpd.protocol.events import AlreadyDelivered, Delivered, Left
 from rmpd.protocol.fieldkinds import DecodeError, Keyed
 from rmpd.protocol.ids import ViewId
+from rmpd.protocol.keys import KeyRecord, KeyTable
 from rmpd.protocol.limits import BadKey
 from rmpd.protocol.packets import Data, decode, encode
 from rmpd.protocol.qos import QoS
@@ -189,3 +192,45 @@ def test_a_joiner_whose_table_never_comes_joins_again_and_takes_it_then() -> Non
     assert keyed(net, 2) == [(b"order-3", b"fresh")]
     assert keyed(net, 1) == [(b"order-1", b"before"), (b"order-2", b"new"), (b"order-3", b"fresh")]
     assert [t.key for t in net.of_type(2, AlreadyDelivered)] == [b"order-2"]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from([b"a", b"b", b"c", b"d", b"e", b"f"]), st.integers(0, 5000)),
+                max_size=60), st.integers(1, 4), st.integers(100, 3000))
+def test_the_table_keeps_what_a_plain_model_keeps_and_hands_it_over_whole(
+        deliveries: list[tuple[bytes, int]], count: int, retention_ms: int) -> None:
+    """The table decides like the rule it states (kept: delivered, not among the ``count`` newest or past the
+    retention in the group's time: forgotten), and a joiner that takes its pieces holds the same table."""
+    table = KeyTable(count, retention_ms)
+    view = ViewId("10.0.0.1:7000", 1)
+    model: list[tuple[bytes, int]] = []  # (key, stamp) kept, oldest first
+    clock = 0
+    for ts, (key, stamp) in enumerate(deliveries, 1):
+        repeated = any(k == key for k, _ in model)
+        assert (table.first_delivery(key, ts, view, stamp) is not None) == repeated
+        if not repeated:
+            model.append((key, stamp))
+        clock = max(clock, stamp)
+        table.advance(stamp)
+        while model and (len(model) > count or model[0][1] < clock - retention_ms):
+            model.pop(0)
+        assert [(k, r.stamp) for k, r in table] == model
+    joiner = KeyTable(count, retention_ms, awaiting=ViewId("10.0.0.2:7000", 9))
+    assert not joiner.take_pieces("10.0.0.1:7000", tuple(table.pieces_for(ViewId("10.0.0.3:7000", 9))))
+    assert joiner.take_pieces("10.0.0.1:7000", tuple(reversed(table.pieces_for(ViewId("10.0.0.2:7000", 9)))))
+    assert list(joiner) == list(table) and joiner.clock == table.clock and joiner.ready
+
+
+def test_a_table_larger_than_a_piece_arrives_in_pieces_and_hostile_pieces_are_counted() -> None:
+    table = KeyTable(100_000, 10**9)
+    view = ViewId("10.0.0.1:7000", 1)
+    for n in range(2000):
+        table.first_delivery(f"order-{n}".encode(), n, view, n)
+    target = ViewId("10.0.0.2:7000", 9)
+    pieces = table.pieces_for(target)
+    assert len(pieces) > 3
+    joiner = KeyTable(100_000, 10**9, awaiting=target)
+    assert not joiner.take_pieces("10.0.0.1:7000", (b"\xc1", b"not msgpack", *pieces[:-1]))
+    assert joiner.refused == 2 and not joiner.ready
+    assert joiner.take_pieces("10.0.0.1:7000", (pieces[-1],))
+    assert len(joiner) == 2000 and joiner.first_delivery(b"order-7", 9999, view, 0) == KeyRecord(7, view, 7)

@@ -180,6 +180,21 @@ def split_after_an_ack(recs: Records) -> None:
     assert all(r["group"] == group for r in recs)
 
 
+def ordered_again_after_a_cut(recs: Records) -> None:
+    """As ``split_after_an_ack``, with C's message keyed; A and B, who hold it, order and deliver it again in their
+    new view (a survivor's message is ordered again after the New List).  One send at two slots, each member
+    delivering it once: the key is delivered once, at one position of each member's order."""
+    before = len(recs)
+    split_after_an_ack(recs)
+    key = f"{recs[-1]['group']}:cut".encode().hex()
+    sent, delivered = before, before + 2  # C's data send and its delivery, as split_after_an_ack appends them
+    assert recs[sent]["packet"] == "data" and recs[delivered]["event"] == "deliver"
+    recs[sent] = recs[sent] | {"keys": [key]}
+    recs[delivered] = recs[delivered] | {"keys": [key]}
+    ours, at = recs[-1]["view"], recs[-1]["ts"] + 1
+    recs += [recs[delivered] | {"node": node, "view": ours, "ts": at, "order_view": ours} for node in (A, B)]
+
+
 def new_list_on_a_delivered_slot(recs: Records) -> None:
     """The first New List is placed at the last slot that ordered data, which every member delivered before
     installing it: a member would take one slot for two things."""
@@ -195,6 +210,7 @@ VARIANTS: dict[str, Callable[[Records], None]] = {
     "clean-aborted-proposal": abort_a_proposal,
     "clean-split-after-an-ack": split_after_an_ack,
     "clean-keyed": lambda _: None,
+    "clean-keyed-ordered-again-after-a-cut": ordered_again_after_a_cut,
 }
 """Clean traces with something unusual in them that breaks nothing."""
 
@@ -219,7 +235,8 @@ MORE_BREAKERS: dict[str, tuple[str, Callable[[Records], None]]] = {
 }
 """Further ways to break an invariant: case name -> (the invariant broken, the change)."""
 
-KEYED = ("clean-keyed", "exactly-once", "exactly-once-one-member", "exactly-once-two-positions")
+KEYED = ("clean-keyed", "clean-keyed-ordered-again-after-a-cut", "exactly-once", "exactly-once-one-member",
+         "exactly-once-two-positions")
 """Cases written with keyed messages (``synth.Plan.keyed``); the others have none, as journals before keys."""
 
 

@@ -137,7 +137,8 @@ def bench(
     size: Annotated[list[int] | None, typer.Option(
         "--size", min=1, max=60000, help="Message size in bytes; repeat (default: 100 1000 8000).")] = None,
     qos: Annotated[list[str] | None, typer.Option(
-        "--qos", help="unordered, source, total, safe, k2, majority...; repeat (default: the first four).")] = None,
+        "--qos", help="unordered, source, total, safe, k2, majority...; with +key (total+key) each message carries "
+        "a key of its own; repeat (default: the first four).")] = None,
     senders: Annotated[list[int] | None, typer.Option(
         "--senders", min=1, help="Sending clients; repeat (default: 1 and one per member; 1 for a single case).")]
     = None,
@@ -183,12 +184,12 @@ def bench(
     a light stream of small total-order messages sent meanwhile.
     """
     from rmpd.bench.run import Bench
-    from rmpd.protocol.qos import QoS
+    from rmpd.bench.worker import parse_qos
 
     err = Console(stderr=True)
     for q in qos or []:
         try:
-            QoS.parse(q)
+            parse_qos(q)
         except ValueError as exc:
             err.print(f"[red]error:[/red] --qos {q}: {exc}")
             raise typer.Exit(2) from None

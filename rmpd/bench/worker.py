@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import struct
 import sys
 import time
@@ -129,6 +130,16 @@ async def joined(args: argparse.Namespace) -> AsyncIterator[Group]:
             yield group
 
 
+KEYED_SUFFIX = "+key"
+"""A bench QoS ending so (``total+key``) sends every message with a key of its own (exactly-once sends)."""
+
+
+def parse_qos(text: str) -> tuple[QoS, bool]:
+    """A bench QoS: (the QoS, whether each message carries a key)."""
+    keyed = text.endswith(KEYED_SUFFIX)
+    return QoS.parse(text.removesuffix(KEYED_SUFFIX)), keyed
+
+
 async def wait_members(group: Group, count: int) -> None:
     while len(await group.members()) < count:
         await trio.sleep(0.05)
@@ -139,7 +150,7 @@ async def member(args: argparse.Namespace) -> None:
 
     Reports ``sent``, ``delivered`` (inside the window) and ``received`` (every delivery, window or not, read until
     the group has been quiet for ``DRAIN_QUIET``): the bench checks that each member received everything sent."""
-    qos = QoS.parse(args.qos)
+    qos, keyed = parse_qos(args.qos)
     payload = b"x" * args.size
     async with joined(args) as group:
         await wait_members(group, args.members)
@@ -151,6 +162,12 @@ async def member(args: argparse.Namespace) -> None:
         async def sender() -> None:
             # One task streaming with post(), as a program using Spread's or Corosync's multicast call would.
             nonlocal sent
+            if keyed:  # each message its own key, as a program sending exactly once would
+                prefix = f"{os.getpid()}:{time.time_ns()}:".encode()
+                while time.time() < end:
+                    await group.post(payload, qos=qos, key=prefix + str(sent).encode())
+                    sent += 1
+                return
             while time.time() < end:
                 await group.post(payload, qos=qos)
                 sent += 1
@@ -182,7 +199,7 @@ async def member(args: argparse.Namespace) -> None:
 
 
 async def ping(args: argparse.Namespace) -> None:
-    qos = QoS.parse(args.qos)
+    qos, _ = parse_qos(args.qos)  # keys only where a member streams (member)
     pad = b"x" * max(0, args.size - 9)
     async with joined(args) as group:
         await wait_members(group, args.members)
@@ -205,7 +222,7 @@ async def ping(args: argparse.Namespace) -> None:
 
 
 async def pong(args: argparse.Namespace) -> None:
-    qos = QoS.parse(args.qos)
+    qos, _ = parse_qos(args.qos)  # keys only where a member streams (member)
     async with joined(args) as group:
         emit({"ready": True})
         _begin, end = await wait_for_window()
@@ -240,7 +257,7 @@ async def transfer(args: argparse.Namespace) -> None:
     transfer's, and reports each probe's send time and latency (``probes``: pairs of seconds).  Once its transfer
     is complete it reads on until it delivers a probe sent after its last delivery (or END): the probe comes from
     one sender in total order, so every earlier probe has been delivered by then."""
-    qos = QoS.parse(args.qos)
+    qos, _ = parse_qos(args.qos)  # keys only where a member streams (member)
     payload = b"x" * args.size
     async with from_begin(args) as (group, _begin, end):
         cpu_at_begin = time.process_time()
@@ -318,7 +335,7 @@ async def probe(args: argparse.Namespace) -> None:
     does not shift the ones after it), each stamped with the wall-clock time it is handed to the client library,
     until stdin closes or END passed.  Reads the group's events meanwhile, as any member must.  Reports the send
     times (``sent_at``) and its CPU seconds."""
-    qos = QoS.parse(args.qos)
+    qos, _ = parse_qos(args.qos)  # keys only where a member streams (member)
     pad = b"x" * max(0, args.size - 1 - PROBE_STAMP.size)
     interval = 1.0 / args.probe_rate
     async with from_begin(args) as (group, begin, end):

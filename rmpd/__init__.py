@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from rmpd.client import (
+        AlreadyDelivered,
         CallRequest,
         Client,
         ConnectionLost,
@@ -28,13 +29,14 @@ if TYPE_CHECKING:
 
 _EXPORTS = {
     "connect": "rmpd.client", "Client": "rmpd.client", "Node": "rmpd.client", "Group": "rmpd.client",
+    "AlreadyDelivered": "rmpd.client",
     "Delivery": "rmpd.client", "ViewChange": "rmpd.client", "RmpdError": "rmpd.client",
     "ConnectionLost": "rmpd.client", "CallRequest": "rmpd.client", "Undelivered": "rmpd.client",
     "Rejoining": "rmpd.client", "State": "rmpd.client", "QoS": "rmpd.protocol.qos",
 }
 
-__all__ = ["CallRequest", "Client", "ConnectionLost", "Delivery", "Group", "Node", "QoS", "Rejoining", "RmpdError",
-           "State", "Undelivered", "ViewChange", "connect"]
+__all__ = ["AlreadyDelivered", "CallRequest", "Client", "ConnectionLost", "Delivery", "Group", "Node", "QoS",
+           "Rejoining", "RmpdError", "State", "Undelivered", "ViewChange", "connect"]
 
 
 def __getattr__(name: str) -> Any:

@@ -24,7 +24,7 @@ import trio
 
 from rmpd.protocol.events import Delivered
 from rmpd.protocol.limits import BadArgument, check_call_handler, check_handler, check_lock
-from rmpd.protocol.qos import QoS
+from rmpd.protocol.qos import Level, QoS
 from rmpd.protocol.reformation import MIN_PARTITION_ALL, MIN_PARTITION_MAJORITY
 
 T = TypeVar("T")
@@ -83,6 +83,8 @@ INTERNAL = "internal"
 CALL_PREFIX = "call-"
 """A failed call: ``call-`` plus the code of rmpd.protocol.calls.CALL_ERRORS (call-timeout, call-unknown, ...)."""
 STALE_CALL = "stale-call"
+BAD_KEY = "bad-key"
+"""A message key the group cannot take: on a QoS below total order, empty, or over MAX_KEY bytes (check_key)."""
 
 
 class RequestError(Exception):
@@ -234,6 +236,18 @@ def check_group_name(name: str) -> None:
 MAX_BATCH = 4096
 """Messages one send_batch request may carry."""
 MAX_CALL_TIMEOUT = 3600.0
+MAX_KEY = 255
+"""Bytes a message key holds at most (the engine's ``rmpd.protocol.keys.MAX_KEY``)."""
+
+
+def check_key(key: bytes, qos: QoS) -> None:
+    """ValueError (one line) for a key the group cannot take.  A key makes the group deliver its message at most
+    once, deciding where the message falls in the one order; so only totally ordered levels and above carry one."""
+    if qos.level < Level.TOTAL:
+        raise ValueError(f"a key needs a totally ordered QoS (total and above), not {qos.name()}: only a group "
+                         f"that delivers in one order can drop a copy everywhere alike")
+    if not 0 < len(key) <= MAX_KEY:
+        raise ValueError(f"a key is 1..{MAX_KEY} bytes; this one has {len(key)}")
 
 
 @dataclass
@@ -262,6 +276,24 @@ class Request:
     caller: str = ""
     conn: int = 0
     stamp: int = 0
+    key: bytes | None = None
+    """``send``: the message's key (the group delivers a key at most once)."""
+    keys: list[bytes] | None = None
+    """``send_batch``: one key per payload."""
+    post_id: int | None = None
+    """The client library's number for the first message (the next ones follow in order): messages posted
+    without a key have no other name the client knows, so ``undelivered`` names them by it."""
+
+    def idents(self, count: int) -> list[bytes | int] | None:
+        """What ``undelivered`` names the request's ``count`` messages by: their keys, their post numbers, or
+        nothing (the sequence numbers the answer gave)."""
+        if self.keys is not None:
+            return list(self.keys)
+        if self.key is not None:
+            return [self.key]
+        if self.post_id is not None:
+            return list(range(self.post_id, self.post_id + count))
+        return None
 
 
 # op -> (required fields, optional fields)
@@ -270,8 +302,8 @@ OPS: dict[str, tuple[set[str], set[str]]] = {
     "status": (set(), {"group", "all", "timeout"}),
     "join": ({"group"}, {"ttl", "min_partition", "persist", "existing_only", "via", "state"}),
     "leave": ({"group"}, {"persist"}),
-    "send": ({"group", "payload"}, {"qos", "handler"}),
-    "send_batch": ({"group", "payloads"}, {"qos", "handler"}),
+    "send": ({"group", "payload"}, {"qos", "handler", "key", "post_id"}),
+    "send_batch": ({"group", "payloads"}, {"qos", "handler", "keys", "post_id"}),
     "members": ({"group"}, set()),
     "lock": ({"group", "lock"}, {"persist"}),
     "unlock": ({"group", "lock"}, {"persist"}),
@@ -284,7 +316,7 @@ FIELD_TYPES: dict[str, tuple[type, ...]] = {
     "handler": (int, type(None)),
     "lock": (int,), "ttl": (int, type(None)), "min_partition": (int, str, type(None)), "persist": (bool,),
     "existing_only": (bool,), "via": (str, type(None)), "state": (bool,), "timeout": (int, float),
-    "caller": (str,), "conn": (int,), "stamp": (int,),
+    "caller": (str,), "conn": (int,), "stamp": (int,), "key": (bytes,), "keys": (list,), "post_id": (int,),
 }
 
 
@@ -344,10 +376,26 @@ def parse_request(frame: dict[str, Any]) -> Request:
             check_lock(values["lock"])
     except BadArgument as exc:
         raise RequestError(BAD_REQUEST, str(exc)) from None
-    for name in ("conn", "stamp"):
+    for name in ("conn", "stamp", "post_id"):
         if name in values and values[name] < 0:
             raise RequestError(BAD_REQUEST, f"{name} must be non-negative")
+    _check_keys(values)
     return Request(op=op, id=rid, **values)
+
+
+def _check_keys(values: dict[str, Any]) -> None:
+    """A send's key, or a batch's keys (one per payload), as the group can take them (:func:`check_key`)."""
+    keys = [values["key"]] if "key" in values else values.get("keys")
+    if keys is None:
+        return
+    if "keys" in values and (len(keys) != len(values["payloads"]) or not all(type(k) is bytes for k in keys)):
+        raise RequestError(BAD_REQUEST, "keys must be a list of byte strings, one per payload")
+    qos = values.get("qos", QoS.TOTAL)
+    try:
+        for key in keys:
+            check_key(key, qos)
+    except ValueError as exc:
+        raise RequestError(BAD_KEY, str(exc)) from None
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -359,6 +407,8 @@ EVENT_LEFT = "left"
 EVENT_REQUEST = "request"
 EVENT_UNDELIVERED = "undelivered"
 """Messages of this client that the daemon will not see delivered: its membership of the group ended first."""
+EVENT_ALREADY_DELIVERED = "already-delivered"
+"""A keyed message of this client that the group dropped: it had delivered that key already."""
 EVENT_REJOINING = "rejoining"
 """The daemon's membership of the group ended without a leave; it joins again by itself and the client stays."""
 MAX_REPORTED_SEQS = 1 << 20
@@ -370,35 +420,50 @@ def deliveries_event(group: str, delivered: list[Delivered],
                      answers: Callable[[Delivered], bool] | None = None) -> dict[str, Any]:
     """The ``deliveries`` event of the engine's ``delivered`` packets: each packet's fields as the engine made them,
     one array per packet.  The QoS travels as its code (one integer, as in a datagram) and the view as its ID's
-    array ``[creator, counter]``: nothing is turned into text to be parsed back.  ``answers``: whether the client
-    this frame goes to is the one to answer a packet (default: as the engine said, ``Delivered.answer``)."""
-    if answers is None:
-        runs = [(d.src, d.seq, d.qos.code(), d.ts, d.view, d.handler, 0, d.payloads, d.answer) for d in delivered]
-    else:
-        runs = [(d.src, d.seq, d.qos.code(), d.ts, d.view, d.handler, 0, d.payloads, answers(d)) for d in delivered]
+    array ``[creator, counter]``: nothing is turned into text to be parsed back.  A keyed packet's run has a tenth
+    field, its messages' keys (one per payload); an unkeyed one's has nine, as before keys.  ``answers``: whether
+    the client this frame goes to is the one to answer a packet (default: as the engine said,
+    ``Delivered.answer``)."""
+    runs: list[tuple[Any, ...]] = []
+    for d in delivered:
+        answer = d.answer if answers is None else answers(d)
+        if d.keys is None:
+            runs.append((d.src, d.seq, d.qos.code(), d.ts, d.view, d.handler, 0, d.payloads, answer))
+        else:
+            runs.append((d.src, d.seq, d.qos.code(), d.ts, d.view, d.handler, 0, d.payloads, answer, d.keys))
     return {"event": EVENT_DELIVERIES, "group": group, "runs": runs}
 
 
-RunTaker = Callable[[str, int, QoS, "int | None", str, "int | None", int, list[bytes], bool], list[T]]
+RunTaker = Callable[[str, int, QoS, "int | None", str, "int | None", int, list[bytes], bool, "list[bytes] | None"],
+                    list[T]]
 """Takes one delivered packet's run as read from a ``deliveries`` event: source (``ip:port``), seq, QoS,
 timestamp, view ID (``creator-ip:port/counter``), handler, the index of its first payload within the packet (0:
-the whole packet), its payloads, and whether this client is the one to answer them (it holds the handler's lock,
-paper 3.3); returns what the client makes of them."""
+the whole packet), its payloads, whether this client is the one to answer them (it holds the handler's lock,
+paper 3.3), and their keys (one per payload; None for a packet without keys); returns what the client makes of
+them."""
 
 
 def decode_deliveries_untrusted(runs: Any, take: RunTaker[T]) -> list[T]:
     """A ``deliveries`` event's runs, each handed to ``take`` as it is read (the client makes its deliveries there,
-    with no shape in between), or FrameError when they are not a list of runs of nine fields with a QoS code and a
-    view ID, or ``take`` refuses a field's type.  On the wire a run is a msgpack array of those nine fields in that
-    order, with the QoS as its code and the view as ``[creator, counter]``: a packet of many small messages costs
-    its identity once.  A frame's runs are of one group, nearly always of one view and few QoS levels: the QoS and
-    the view are read again only where they differ from the run before."""
+    with no shape in between), or FrameError when they are not a list of runs of nine or ten fields with a QoS
+    code and a view ID (and, in the tenth, one key per payload), or ``take`` refuses a field's type.  On the wire
+    a run is a msgpack array of those fields in that order, with the QoS as its code and the view as
+    ``[creator, counter]``: a packet of many small messages costs its identity once.  A frame's runs are of one
+    group, nearly always of one view and few QoS levels: the QoS and the view are read again only where they
+    differ from the run before."""
     decoded: list[T] = []
     code_before: Any = None
     view_before: Any = None
     qos, view_id = QoS.TOTAL, ""
     try:
-        for source, seq, code, ts, view, handler, first, payloads, answer in runs:
+        for run in runs:
+            if len(run) == 9:
+                source, seq, code, ts, view, handler, first, payloads, answer = run
+                keys = None
+            else:
+                source, seq, code, ts, view, handler, first, payloads, answer, keys = run
+                if type(keys) is not list or len(keys) != len(payloads) or not all(type(k) is bytes for k in keys):
+                    raise ValueError("not one key per payload")
             if code != code_before:
                 qos, code_before = QoS.from_code(code), code
             if view != view_before:
@@ -406,10 +471,10 @@ def decode_deliveries_untrusted(runs: Any, take: RunTaker[T]) -> list[T]:
                 if type(creator) is not str or type(counter) is not int:
                     raise ValueError("not a view ID")
                 view_id, view_before = f"{creator}/{counter}", view
-            decoded += take(source, seq, qos, ts, view_id, handler, first, payloads, answer)
+            decoded += take(source, seq, qos, ts, view_id, handler, first, payloads, answer, keys)
     except (TypeError, ValueError):  # not a list, a run of another length, no QoS code, no view ID
-        raise FrameError(BAD_FRAME, "deliveries must be a list of runs of nine fields, each with a QoS code and "
-                                    "a view ID") from None
+        raise FrameError(BAD_FRAME, "deliveries must be a list of runs of nine or ten fields, each with a QoS code "
+                                    "and a view ID, and one key per payload in the tenth") from None
     return decoded
 
 
@@ -421,9 +486,32 @@ def left_event(group: str, reason: str) -> dict[str, Any]:
     return {"event": EVENT_LEFT, "group": group, "reason": reason}
 
 
-def undelivered_event(group: str, seqs: list[int], reason: str) -> dict[str, Any]:
-    """``seqs``: the sequence numbers this client's ``send`` and ``send_batch`` requests were answered with."""
-    return {"event": EVENT_UNDELIVERED, "group": group, "seqs": seqs, "reason": reason}
+def undelivered_event(group: str, seqs: list[int], reason: str,
+                      ids: list[bytes | int] | None = None) -> dict[str, Any]:
+    """``seqs``: the sequence numbers this client's ``send`` and ``send_batch`` requests were answered with;
+    ``ids``: the same messages' keys, and the post numbers (``post_id``) of those sent without a key, where the
+    request gave them."""
+    event: dict[str, Any] = {"event": EVENT_UNDELIVERED, "group": group, "seqs": seqs, "reason": reason}
+    if ids:
+        event["ids"] = ids
+    return event
+
+
+def decode_ids_untrusted(ids: Any) -> tuple[bytes | int, ...]:
+    """An ``undelivered`` event's ``ids`` (none in a frame without them), or FrameError when they are not a list of
+    keys (byte strings) and post numbers (non-negative whole numbers)."""
+    if ids is None:
+        return ()
+    if (not isinstance(ids, list) or len(ids) > MAX_REPORTED_SEQS
+            or not all(type(i) is bytes or (type(i) is int and i >= 0) for i in ids)):
+        raise FrameError(BAD_FRAME, "ids must be a list of keys and non-negative post numbers")
+    return tuple(ids)
+
+
+def already_delivered_event(group: str, key: bytes, ts: int, view: str) -> dict[str, Any]:
+    """To the client that sent a keyed message the group dropped: the group had delivered ``key`` already, at
+    timestamp ``ts`` in view ``view`` (``creator-ip:port/counter``)."""
+    return {"event": EVENT_ALREADY_DELIVERED, "group": group, "key": key, "ts": ts, "view": view}
 
 
 def decode_seqs_untrusted(seqs: Any) -> tuple[int, ...]:

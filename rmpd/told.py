@@ -16,6 +16,7 @@ from rmpd.localapi import (
     AUTH_REQUIRED,
     CALL_PREFIX,
     ENCRYPTION_MISMATCH,
+    EVENT_ALREADY_DELIVERED,
     EVENT_DELIVERIES,
     EVENT_REQUEST,
     EVENT_UNDELIVERED,
@@ -41,6 +42,9 @@ class Told(Enum):
     UNDELIVERED = EVENT_UNDELIVERED
     """Each sender is told which of its own messages will not be delivered here (rmpd.runtime.adapter.OwnMessages
     keeps who sent what)."""
+    ALREADY_DELIVERED = EVENT_ALREADY_DELIVERED
+    """A keyed message of the process's that the group dropped, having delivered its key already: its sender is
+    told (``rmpd.AlreadyDelivered``, with where the group delivered the key), and owes it to nobody."""
     ENDED = "ended"
     """The membership or the join ended: the program is told it rejoins, or its group ends (:func:`ending`)."""
     CALL = EVENT_REQUEST
@@ -58,6 +62,7 @@ TOLD: dict[type[engine.Event], Told] = {
     engine.Delivered: Told.DELIVERIES,
     engine.ViewInstalled: Told.VIEW,
     engine.UndeliveredSends: Told.UNDELIVERED,
+    engine.AlreadyDelivered: Told.ALREADY_DELIVERED,
     engine.Left: Told.ENDED,
     engine.JoinFailed: Told.ENDED,
     engine.CallToAnswer: Told.CALL,

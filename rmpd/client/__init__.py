@@ -10,14 +10,14 @@ from typing import TYPE_CHECKING, Any
 
 from .connection import Client, connect
 from .errors import ConnectionLost, RmpdError
-from .events import CallRequest, Delivery, Rejoining, State, Undelivered, ViewChange
+from .events import AlreadyDelivered, CallRequest, Delivery, Rejoining, State, Undelivered, ViewChange
 from .group import Group
 
 if TYPE_CHECKING:
     from .node import Node
 
-__all__ = ["CallRequest", "Client", "ConnectionLost", "Delivery", "Group", "Node", "Rejoining", "RmpdError",
-           "State", "Undelivered", "ViewChange", "connect"]
+__all__ = ["AlreadyDelivered", "CallRequest", "Client", "ConnectionLost", "Delivery", "Group", "Node", "Rejoining",
+           "RmpdError", "State", "Undelivered", "ViewChange", "connect"]
 
 
 def __getattr__(name: str) -> Any:

@@ -31,10 +31,12 @@ def fits(size: int, count: int, payload: bytes) -> bool:
 class SendBatch:
     """Sends coalesced into one request; each waiter takes its sequence number by position."""
 
-    __slots__ = ("done", "error", "outcome", "payloads", "seqs", "size")
+    __slots__ = ("done", "error", "keys", "outcome", "payloads", "seqs", "size")
 
-    def __init__(self, first: bytes) -> None:
+    def __init__(self, first: bytes, key: bytes | None = None) -> None:
         self.payloads = [first]
+        self.keys: list[bytes] | None = None if key is None else [key]
+        """One key per payload, or None: a batch is keyed throughout or not at all."""
         self.size = len(first)
         self.seqs: list[int] = []
         self.done = trio.Event()
@@ -47,10 +49,13 @@ class SendBatch:
     def takes(self, payload: bytes) -> bool:
         return fits(self.size, len(self.payloads), payload)
 
-    async def join(self, payload: bytes) -> int:
-        """Add ``payload`` and wait for the batch to be sent; its sequence number, or the batch's error."""
+    async def join(self, payload: bytes, key: bytes | None = None) -> int:
+        """Add ``payload`` (with ``key`` in a keyed batch) and wait for the batch to be sent; its sequence number,
+        or the batch's error."""
         index = len(self.payloads)
         self.payloads.append(payload)
+        if self.keys is not None:
+            self.keys.append(key)  # type: ignore[arg-type]  # the batch was chosen by whether it is keyed
         self.size += len(payload)
         await self.done.wait()
         return (await self.result())[index]
@@ -65,8 +70,9 @@ class SendBatch:
 
 
 HandOver = Callable[[str, SendBatch, QoS, "int | None"], Awaitable[None]]
-"""A backend's hand-over of a batch (group, batch, QoS, handler): sets the batch's ``seqs`` (taken at once) or its
-``outcome`` (an answer to come); raises RmpdError when the group refuses the batch."""
+"""A backend's hand-over of a batch (group, batch, QoS, handler; the batch's ``keys``, if any): sets the batch's
+``seqs`` (taken at once) or its ``outcome`` (an answer to come); raises RmpdError when the group refuses the
+batch."""
 
 
 class Coalescer:
@@ -79,31 +85,33 @@ class Coalescer:
         self._poster = poster
         self._hand_over = hand_over
         self._room = room
-        self._batches: dict[tuple[str, QoS, int | None], SendBatch] = {}
-        """The batch being prepared per group, QoS and handler: a send arriving meanwhile joins it."""
+        self._batches: dict[tuple[str, QoS, int | None, bool], SendBatch] = {}
+        """The batch being prepared per group, QoS, handler and whether keyed: a send arriving meanwhile joins
+        it."""
 
-    async def send(self, group: str, payload: bytes, qos: QoS, handler: int | None) -> int:
-        """Send ``payload`` in a batch; its sequence number, or the RmpdError that refused the batch."""
+    async def send(self, group: str, payload: bytes, qos: QoS, handler: int | None, key: bytes | None = None) -> int:
+        """Send ``payload`` (with ``key``, if any) in a batch; its sequence number, or the RmpdError that refused
+        the batch."""
         poster = self._poster
         if poster.pending(group):
             await poster.flush(group)
         else:
             poster.check(group)  # a post refused since: raised by this send, as Group.post says
-        key = (group, qos, handler)
-        batch = self._batches.get(key)
+        kind = (group, qos, handler, key is not None)
+        batch = self._batches.get(kind)
         if batch is not None and batch.takes(payload):
-            return await batch.join(payload)
+            return await batch.join(payload, key)
         if self._room is not None:
             await self._room(group)
-            batch = self._batches.get(key)
+            batch = self._batches.get(kind)
             if batch is not None and batch.takes(payload):  # another sender started one while we waited
-                return await batch.join(payload)
-        batch = self._batches[key] = SendBatch(payload)
+                return await batch.join(payload, key)
+        batch = self._batches[kind] = SendBatch(payload, key)
         try:
             await trio.lowlevel.cancel_shielded_checkpoint()  # let other ready tasks join this batch
         finally:
-            if self._batches.get(key) is batch:
-                del self._batches[key]
+            if self._batches.get(kind) is batch:
+                del self._batches[kind]
         try:
             await self._hand_over(group, batch, qos, handler)
         except BaseException as exc:
@@ -122,19 +130,25 @@ bound."""
 POST_YIELD_EVERY = 64
 """Posts that return without letting other tasks run: the carrier then hands what gathered over in one batch."""
 
-Submit = Callable[[str, list[bytes], QoS, "int | None"], Awaitable[object]]
-"""A backend's batch send: group, payloads, QoS, handler; raises RmpdError when the group refuses them."""
+Submit = Callable[[str, list[bytes], QoS, "int | None", "list[bytes] | None", "int | None"], Awaitable[object]]
+"""A backend's batch send: group, payloads, QoS, handler, the payloads' keys (or None), and the post number of the
+first payload of a batch without keys (the others follow; None for a keyed batch); raises RmpdError when the group
+refuses them."""
 
 
 class _Run:
-    """Consecutive posts to one group with the same QoS and handler: one batch, bounded as concurrent sends are."""
+    """Consecutive posts to one group with the same QoS and handler, all keyed or none: one batch, bounded as
+    concurrent sends are."""
 
-    __slots__ = ("handler", "payloads", "qos", "size")
+    __slots__ = ("first_id", "handler", "keys", "payloads", "qos", "size")
 
-    def __init__(self, qos: QoS, handler: int | None, first: bytes) -> None:
+    def __init__(self, qos: QoS, handler: int | None, first: bytes, key: bytes | None, first_id: int) -> None:
         self.qos = qos
         self.handler = handler
         self.payloads = [first]
+        self.keys: list[bytes] | None = None if key is None else [key]
+        self.first_id = first_id
+        """The post number of the first payload (posts to a group are numbered from 1, keyed or not)."""
         self.size = len(first)
 
     def takes(self, payload: bytes) -> bool:
@@ -169,7 +183,10 @@ class Poster:
         """Messages posted to ``group`` and not yet accepted or refused."""
         return self._posted.get(group, 0) - self._settled.get(group, 0)
 
-    async def post(self, group: str, payload: bytes, qos: QoS, handler: int | None) -> None:
+    async def post(self, group: str, payload: bytes, qos: QoS, handler: int | None,
+                   key: bytes | None = None) -> bytes | int:
+        """Queue ``payload`` (with ``key``, if any); what names it in an ``Undelivered``: its key, or its post
+        number (the count of messages posted to the group before it, plus one)."""
         await trio.lowlevel.checkpoint_if_cancelled()
         if self.nursery is None:
             raise RuntimeError("post() needs a running backend")
@@ -181,18 +198,23 @@ class Poster:
         if queue is None:
             queue = self._queues[group] = deque()
             self.nursery.start_soon(self._carry, group, queue)
+        number = self._posted.get(group, 0) + 1
         run = queue[-1] if queue else None
-        if run is not None and run.qos == qos and run.handler == handler and run.takes(payload):
+        if (run is not None and run.qos == qos and run.handler == handler and (run.keys is None) == (key is None)
+                and run.takes(payload)):
             run.payloads.append(payload)
+            if run.keys is not None:
+                run.keys.append(key)  # type: ignore[arg-type]  # keyed runs take keyed posts only
             run.size += len(payload)
         else:
-            queue.append(_Run(qos, handler, payload))
+            queue.append(_Run(qos, handler, payload, key, number))
         self._unaccepted += 1
-        self._posted[group] = self._posted.get(group, 0) + 1
+        self._posted[group] = number
         self._since_yield += 1
         if self._since_yield >= POST_YIELD_EVERY:
             self._since_yield = 0
             await trio.lowlevel.cancel_shielded_checkpoint()
+        return number if key is None else key
 
     async def flush(self, group: str) -> None:
         """Wait until every message posted to ``group`` before this call is accepted (later posts, from other
@@ -242,9 +264,14 @@ class Poster:
             while queue:
                 run = queue.popleft()
                 try:
-                    await self._submit(group, run.payloads, run.qos, run.handler)
+                    await self._submit(group, run.payloads, run.qos, run.handler, run.keys,
+                                       None if run.keys is not None else run.first_id)
                 except RmpdError as exc:
-                    self._errors.setdefault(group, exc)
+                    # Raised by the group's next post, send or flush, naming every post refused until then.
+                    first = self._errors.setdefault(group, exc)
+                    if isinstance(first, RmpdError):
+                        first.refused.extend(run.keys if run.keys is not None else
+                                             range(run.first_id, run.first_id + len(run.payloads)))
                 finally:
                     self._unaccepted -= len(run.payloads)
                     self._settled[group] = self._settled.get(group, 0) + len(run.payloads)

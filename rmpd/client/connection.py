@@ -26,7 +26,7 @@ from rmpd.protocol.view import LIBRARY_HANDLER
 from .backend import Participant
 from .batching import Coalescer, Poster, SendBatch
 from .errors import ConnectionLost, RmpdError, check_group_name_here, single_error
-from .events import CallRequest, Delivery, Rejoining, Undelivered, ViewChange, deliveries_of
+from .events import AlreadyDelivered, CallRequest, Delivery, Rejoining, Undelivered, ViewChange, deliveries_of
 from .group import Group, GroupInbox, JoinOnce
 
 
@@ -202,37 +202,47 @@ class Client:
         assert self._poster.nursery is not None
         self._poster.nursery.start_soon(task)
 
-    async def send(self, group: str, payload: bytes, qos: QoS, handler: int | None) -> int:
+    async def send(self, group: str, payload: bytes, qos: QoS, handler: int | None, key: bytes | None = None) -> int:
         """Sends from concurrent tasks that arrive while one is being prepared travel in one ``send_batch``
         request: same order, one frame and one answer for all (a lone send waits one scheduling step)."""
         self._check_size(payload, qos)
-        return await self._coalescer.send(group, payload, qos, handler)
+        return await self._coalescer.send(group, payload, qos, handler, key)
 
     async def _hand_over(self, group: str, batch: SendBatch, qos: QoS, handler: int | None) -> None:
-        pending = await self._submit_batch(group, batch.payloads, qos, handler)
+        pending = await self._submit_batch(group, batch.payloads, qos, handler, batch.keys)
         # Every sender in the batch waits for the one answer: one of them cancelled does not fail the others.
         batch.outcome = lambda: self._seqs_of(pending)
 
-    async def _submit_batch(self, group: str, payloads: list[bytes], qos: QoS, handler: int | None) -> _Pending:
-        """One request for ``payloads``, in order (see _seqs_of for its answer)."""
+    async def _submit_batch(self, group: str, payloads: list[bytes], qos: QoS, handler: int | None,
+                            keys: list[bytes] | None = None, post_id: int | None = None) -> _Pending:
+        """One request for ``payloads`` (with their ``keys``, or the ``post_id`` of the first), in order (see
+        _seqs_of for its answer)."""
         fields: dict[str, Any] = {"group": group, "qos": qos.name()}
         if handler is not None:
             fields["handler"] = handler
+        if post_id is not None:
+            fields["post_id"] = post_id
         if len(payloads) == 1:
+            if keys is not None:
+                fields["key"] = keys[0]
             return await self._submit("send", payload=payloads[0], **fields)
+        if keys is not None:
+            fields["keys"] = keys
         return await self._submit("send_batch", payloads=payloads, **fields)
 
     async def _seqs_of(self, pending: _Pending) -> list[int]:
         reply = await self._answer_to(pending)
         return [int(reply["seq"])] if "seq" in reply else [int(s) for s in reply["seqs"]]
 
-    async def _send_batch(self, group: str, payloads: list[bytes], qos: QoS, handler: int | None) -> list[int]:
-        """One request for ``payloads``, in order; their sequence numbers."""
-        return await self._seqs_of(await self._submit_batch(group, payloads, qos, handler))
+    async def _send_batch(self, group: str, payloads: list[bytes], qos: QoS, handler: int | None,
+                          keys: list[bytes] | None, post_id: int | None) -> list[int]:
+        """One request for posted ``payloads``, in order; their sequence numbers."""
+        return await self._seqs_of(await self._submit_batch(group, payloads, qos, handler, keys, post_id))
 
-    async def post(self, group: str, payload: bytes, qos: QoS, handler: int | None) -> None:
+    async def post(self, group: str, payload: bytes, qos: QoS, handler: int | None,
+                   key: bytes | None = None) -> bytes | int:
         self._check_size(payload, qos)
-        await self._poster.post(group, payload, qos, handler)  # after a loss, it raises the loss
+        return await self._poster.post(group, payload, qos, handler, key)  # after a loss, it raises the loss
 
     async def flush(self, group: str) -> None:
         await self._poster.flush(group)
@@ -297,10 +307,10 @@ class Client:
             library = False
 
             def run_of(source: str, seq: int, qos: QoS, ts: int | None, view: str, handler: int | None,
-                       first: int, payloads: list[bytes], answer: bool) -> list[Delivery]:
+                       first: int, payloads: list[bytes], answer: bool, keys: list[bytes] | None) -> list[Delivery]:
                 nonlocal library
                 library = library or handler == LIBRARY_HANDLER
-                return deliveries_of(name, source, seq, qos, ts, view, handler, payloads, first, answer)
+                return deliveries_of(name, source, seq, qos, ts, view, handler, payloads, first, answer, keys)
 
             deliveries = localapi.decode_deliveries_untrusted(frame["runs"], run_of)
             await inbox.deliver(deliveries, library)
@@ -308,7 +318,13 @@ class Client:
             await inbox.tell(ViewChange(frame["view"], tuple(frame["members"]), name))
         elif kind == localapi.EVENT_UNDELIVERED:
             seqs = localapi.decode_seqs_untrusted(frame.get("seqs"))
-            await inbox.tell(Undelivered(seqs, str(frame.get("reason", "")), name))
+            ids = localapi.decode_ids_untrusted(frame.get("ids"))
+            await inbox.tell(Undelivered(seqs, str(frame.get("reason", "")), name, ids))
+        elif kind == localapi.EVENT_ALREADY_DELIVERED:
+            key, ts, view = frame.get("key"), frame.get("ts"), frame.get("view")
+            if type(key) is not bytes or type(ts) is not int or type(view) is not str:
+                raise FrameError(localapi.BAD_FRAME, "already-delivered needs a key, a timestamp and a view")
+            await inbox.tell(AlreadyDelivered(key, ts, view, name))
         elif kind == localapi.EVENT_REJOINING:
             await inbox.tell(Rejoining(str(frame.get("reason", "")), name))
         elif kind == localapi.EVENT_REQUEST:

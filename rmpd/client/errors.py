@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from rmpd.localapi import BAD_REQUEST, check_group_name
+from rmpd.localapi import BAD_KEY, BAD_REQUEST, check_group_name, check_key
+from rmpd.protocol.qos import QoS
 
 
 class RmpdError(Exception):
@@ -12,6 +13,9 @@ class RmpdError(Exception):
         super().__init__(f"{code}: {message}")
         self.code = code
         self.message = message
+        self.refused: list[bytes | int] = []
+        """Raised for posted messages the group refused (by the next ``post``, ``send`` or ``flush``): what each
+        of their posts returned (its key, or its number), in order; empty for any other refusal."""
 
 
 class ConnectionLost(RmpdError):
@@ -25,6 +29,15 @@ def check_group_name_here(name: str) -> None:
         check_group_name(name)
     except ValueError as exc:
         raise RmpdError(BAD_REQUEST, str(exc)) from None
+
+
+def check_key_here(key: bytes, qos: QoS) -> None:
+    """Refuse a key the group cannot take (:func:`rmpd.localapi.check_key`) with the daemon's code and text,
+    before the message joins a batch: it must cost its sender alone."""
+    try:
+        check_key(key, qos)
+    except ValueError as exc:
+        raise RmpdError(BAD_KEY, str(exc)) from None
 
 
 def single_error(group: BaseExceptionGroup) -> BaseException:

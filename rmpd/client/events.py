@@ -34,6 +34,8 @@ class Delivery:
     answer: bool = False
     """This program holds the lock of the message's ``handler`` (``Group.lock``): it is the member to answer it
     (paper 3.3); every member delivers the message, one answers."""
+    key: bytes | None = None
+    """The key the sender gave the message (``send(..., key=...)``): the group delivers each key at most once."""
 
 
 make_delivery = positional_maker(Delivery)
@@ -43,14 +45,17 @@ message."""
 
 def deliveries_of(group: str, source: str, seq: int, qos: QoS, timestamp: int | None, view: str,
                   handler: int | None, payloads: Sequence[bytes], first: int = 0,
-                  answer: bool = False) -> list[Delivery]:
-    """One Delivery per message of a delivered packet (its messages share every field but the payload and the
-    index; ``first`` is the index of the first): the one place the client library builds them, from a daemon's
-    frame and from the embedded engine alike."""
-    if len(payloads) == 1:  # a packet of one message, common with large ones: no comprehension to run
-        return [make_delivery(payloads[0], source, seq, qos, timestamp, view, group, handler, first, answer)]
+                  answer: bool = False, keys: Sequence[bytes] | None = None) -> list[Delivery]:
+    """One Delivery per message of a delivered packet (its messages share every field but the payload, the index
+    and the key; ``first`` is the index of the first; ``keys``: one per payload, or None): the one place the client
+    library builds them, from a daemon's frame and from the embedded engine alike."""
     make = make_delivery
-    return [make(payload, source, seq, qos, timestamp, view, group, handler, index, answer)
+    if keys is not None:
+        return [make(payload, source, seq, qos, timestamp, view, group, handler, index, answer, key)
+                for index, (payload, key) in enumerate(zip(payloads, keys, strict=True), first)]
+    if len(payloads) == 1:  # a packet of one message, common with large ones: no comprehension to run
+        return [make(payloads[0], source, seq, qos, timestamp, view, group, handler, first, answer, None)]
+    return [make(payload, source, seq, qos, timestamp, view, group, handler, index, answer, None)
             for index, payload in enumerate(payloads, first)]
 
 
@@ -71,13 +76,31 @@ class Undelivered:
     ``seqs`` are the sequence numbers ``send`` returned (posted messages have theirs too, though ``post`` does not
     return them); messages sent together may share one number (they travel in one packet), and then the number
     stands for all of them.  Every number ``send`` returned (at any QoS but unreliable) ends up either in a Delivery
-    of this program's own message or in an Undelivered.  Not delivered *here*: the members that went on
-    without this process may still have delivered some of them (those that reached them before the cut), so a
-    program that sends one again may have it delivered twice (docs/protocol.md, "Nothing lost in silence")."""
+    of this program's own message, an :class:`AlreadyDelivered`, or an Undelivered.  Not delivered *here*: the
+    members that went on without this process may still have delivered some of them (those that reached them
+    before the cut), so a program that sends one again may have it delivered twice, unless it sends it with the
+    same key (docs/protocol.md, "Nothing lost in silence"; README, "Exactly once")."""
 
     seqs: tuple[int, ...]
     reason: str
     """Why the membership ended, as the protocol says it (e.g. the partition below the minimum)."""
+    group: str = ""
+    ids: tuple[bytes | int, ...] = ()
+    """The same messages by what ``post`` returned for them: each keyed message's key (sent or posted), and each
+    message posted without a key by its number."""
+
+
+@dataclass(frozen=True, slots=True)
+class AlreadyDelivered:
+    """A keyed message this program sent that the group dropped: it had delivered that key already (an earlier
+    copy, this program's or another's), at ``timestamp`` in ``view``.  Like the program's own Delivery, it says the
+    message is done: sending it again is not needed."""
+
+    key: bytes
+    timestamp: int
+    """The global timestamp at which the group delivered the key."""
+    view: str
+    """The view (``creator-ip:port/counter``) in which the group delivered the key."""
     group: str = ""
 
 
@@ -133,4 +156,8 @@ class CallRequest:
         await self._reply(self, bytes(payload))
 
 
-Event = Delivery | ViewChange | Undelivered | Rejoining | State
+Event = Delivery | ViewChange | Undelivered | AlreadyDelivered | Rejoining | State
+
+MessageId = bytes | int
+"""What ``Group.post`` returns for a message, and ``Undelivered.ids`` names it by: its key, or the number the
+library gave a message posted without one."""

@@ -27,8 +27,8 @@ from rmpd.protocol.qos import QoS
 from rmpd.protocol.view import LIBRARY_HANDLER
 
 from .backend import Backend
-from .errors import RmpdError
-from .events import CallRequest, Delivery, Event, Rejoining, Undelivered, ViewChange
+from .errors import RmpdError, check_key_here
+from .events import AlreadyDelivered, CallRequest, Delivery, Event, MessageId, Rejoining, Undelivered, ViewChange
 from .state import CHUNK_SIZE, STATE_QOS, StateTransfer
 
 EVENT_BUFFER = 10_000
@@ -232,14 +232,14 @@ class GroupInbox:
             self._on_library()
         return self.events.put_over(deliveries)
 
-    async def tell(self, event: ViewChange | Undelivered | Rejoining) -> None:
+    async def tell(self, event: ViewChange | Undelivered | AlreadyDelivered | Rejoining) -> None:
         """Queue a view change or what the program is told about its membership, waiting while the buffer is
         full."""
         if type(event) is ViewChange:
             self.view, self.members = event.view, event.members
         await self.events.put_many((event,))
 
-    def tell_now(self, event: ViewChange | Undelivered | Rejoining) -> None:
+    def tell_now(self, event: ViewChange | Undelivered | AlreadyDelivered | Rejoining) -> None:
         """Queue it even past EVENT_BUFFER: a reader behind still sees every view and every word about its
         membership, in its place among the deliveries (the embedded node slows the group meanwhile)."""
         if type(event) is ViewChange:
@@ -363,31 +363,44 @@ class Group:
 
     # The API
 
-    async def send(self, payload: bytes, *, qos: QoS = QoS.TOTAL, handler: int | None = None) -> int:
+    async def send(self, payload: bytes, *, qos: QoS = QoS.TOTAL, handler: int | None = None,
+                   key: bytes | None = None) -> int:
         """Multicast ``payload`` to the group; returns its per-source sequence number once the process accepted
         and numbered it.  From then on it is either delivered in the group (this program sees its own Delivery) or
         named by an :class:`Undelivered` event, with the reason; unreliable messages promise neither.  Refused
         with RmpdError instead: ``not-member`` while the process is between memberships (rejoining: retry after
         the next ViewChange), ``send-refused`` while it leaves, ``message-too-large``.  A connection to the daemon
         lost first (ConnectionLost, which also ends the iteration) leaves unknown what became of the messages not
-        yet seen delivered."""
+        yet seen delivered.
+
+        ``key`` (1..255 bytes, total order and above, else ``bad-key``): the group delivers the key at most once.
+        A program that sends the same payload with the same key again after an Undelivered, a lost connection or
+        a refusal sees either its Delivery (``Delivery.key``) or an :class:`AlreadyDelivered` for a copy the group
+        dropped: either way the message is done (README, "Exactly once")."""
         if not isinstance(payload, bytes | bytearray | memoryview):
             raise TypeError("payload must be bytes")
         if handler == LIBRARY_HANDLER:  # compared here, not in a function: this runs once per message
             raise _library_handler()
-        return await self._backend.send(self.name, bytes(payload), qos, handler)
+        if key is not None:
+            key = _checked_key(key, qos)
+        return await self._backend.send(self.name, bytes(payload), qos, handler, key)
 
-    async def post(self, payload: bytes, *, qos: QoS = QoS.TOTAL, handler: int | None = None) -> None:
+    async def post(self, payload: bytes, *, qos: QoS = QoS.TOTAL, handler: int | None = None,
+                   key: bytes | None = None) -> MessageId:
         """Multicast ``payload`` without waiting for the group to accept it, as Spread's and Corosync's multicast
         calls do: for a program that streams messages from one task.  Posts to a group go in the order made,
-        before any later send; no sequence number is returned.  Waits only while many posted messages are not
-        yet accepted (the ring's pace).  A refusal (message too large for the daemon, the group being left, the
-        connection lost) is raised by the next ``post``, ``send`` or ``flush`` to this group."""
+        before any later send.  Returns the message's identity, what an :class:`Undelivered` names it by in its
+        ``ids``: its ``key`` (as for ``send``), or, without one, the number the library gave it (1 for the first
+        message posted to the group, then 2, ...).  Waits only while many posted messages are not yet accepted
+        (the ring's pace).  A refusal (message too large for the daemon, the group being left, the connection
+        lost) is raised by the next ``post``, ``send`` or ``flush`` to this group."""
         if not isinstance(payload, bytes | bytearray | memoryview):
             raise TypeError("payload must be bytes")
         if handler == LIBRARY_HANDLER:
             raise _library_handler()
-        await self._backend.post(self.name, bytes(payload), qos, handler)
+        if key is not None:
+            key = _checked_key(key, qos)
+        return await self._backend.post(self.name, bytes(payload), qos, handler, key)
 
     async def flush(self) -> None:
         """Wait until every message posted to this group is accepted; raises the first refusal, if any."""
@@ -531,6 +544,15 @@ class Group:
                 yield items
             if error is not None:
                 raise error
+
+
+def _checked_key(key: bytes, qos: QoS) -> bytes:
+    """``key`` as bytes, or RmpdError ``bad-key`` (TypeError for a key that is no bytes)."""
+    if not isinstance(key, bytes | bytearray | memoryview):
+        raise TypeError("key must be bytes")
+    key = bytes(key)
+    check_key_here(key, qos)
+    return key
 
 
 def _library_handler() -> RmpdError:

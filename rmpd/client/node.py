@@ -24,6 +24,7 @@ from rmpd.keyfile import load_key_file
 from rmpd.localapi import BAD_REQUEST, DEFAULT_MIN_PARTITION, parse_min_partition
 from rmpd.protocol.calls import CALL_ERRORS, CALL_GRACE, DEFAULT_CALL_TIMEOUT
 from rmpd.protocol.config import EngineConfig
+from rmpd.protocol.events import AlreadyDelivered as EngineAlreadyDelivered
 from rmpd.protocol.events import (
     CallAnswered,
     CallToAnswer,
@@ -51,7 +52,7 @@ from rmpd.told import JOIN_END_CODES, TOLD, Told, call_failure, ending, lock_ref
 from .backend import Participant
 from .batching import Coalescer, Poster, SendBatch
 from .errors import RmpdError, check_group_name_here, single_error
-from .events import CallRequest, Rejoining, Undelivered, ViewChange, deliveries_of
+from .events import AlreadyDelivered, CallRequest, Rejoining, Undelivered, ViewChange, deliveries_of
 from .group import EVENT_BUFFER, Group, GroupInbox, JoinOnce
 
 
@@ -267,16 +268,16 @@ class Node:
         assert self._nursery_manager is not None
         self._nursery_manager.start_soon(task)
 
-    async def send(self, group: str, payload: bytes, qos: QoS, handler: int | None) -> int:
+    async def send(self, group: str, payload: bytes, qos: QoS, handler: int | None, key: bytes | None = None) -> int:
         """Sends from concurrent tasks are coalesced (rmpd.client.batching) and handed to the engine in one call,
         which packs them into as few packets as they fit.  A message the group cannot carry is refused alone,
         before it joins a batch, so it never costs the other senders theirs."""
         self._require()
         self._check_size(payload, qos)
-        return await self._coalescer.send(group, payload, qos, handler)
+        return await self._coalescer.send(group, payload, qos, handler, key)
 
     async def _hand_over_batch(self, group: str, batch: SendBatch, qos: QoS, handler: int | None) -> None:
-        batch.seqs = self._hand_over(group, batch.payloads, qos, handler)
+        batch.seqs = self._hand_over(group, batch.payloads, qos, handler, batch.keys)
 
     async def _wait_for_room(self, group: str) -> None:
         await self._require().wait_for_room(group)
@@ -287,15 +288,23 @@ class Node:
         with _refused():
             check_message_size(self._config, payload, qos)
 
-    def _hand_over(self, group: str, payloads: list[bytes], qos: QoS, handler: int | None) -> list[int]:
-        """Give the engine ``payloads`` in order; their sequence numbers, or RmpdError.  One step: the messages are
-        kept as the program's before the drain can deliver them (a group of one delivers at once)."""
+    def _hand_over(self, group: str, payloads: list[bytes], qos: QoS, handler: int | None,
+                   keys: list[bytes] | None = None, post_id: int | None = None) -> list[int]:
+        """Give the engine ``payloads`` in order (with their ``keys``, or the ``post_id`` of the first); their
+        sequence numbers, or RmpdError.  One step: the messages are kept as the program's before the drain can
+        deliver them (a group of one delivers at once)."""
         loop = self._require()
+        ids: list[bytes] | range | None = keys
+        if keys is None and post_id is not None:
+            ids = range(post_id, post_id + len(payloads))
         try:
             with _refused(), loop.one_step():
-                seqs = loop.send_many(group, payloads, qos, handler)
+                if keys is None:
+                    seqs = loop.send_many(group, payloads, qos, handler)
+                else:
+                    seqs = loop.send_many(group, payloads, qos, handler, keys)
                 if seqs is not None:
-                    self._own.sent(group, seqs, qos, self)
+                    self._own.sent(group, seqs, qos, self, ids)
         except NotMember:
             assert self._app is not None
             raise RmpdError("not-member", f"this node is {self._app.not_member(group, attached=group in self._groups)}"
@@ -304,15 +313,17 @@ class Node:
             raise RmpdError("send-refused", f"this node is leaving {group!r}")
         return seqs
 
-    async def _send_batch(self, group: str, payloads: list[bytes], qos: QoS, handler: int | None) -> list[int]:
+    async def _send_batch(self, group: str, payloads: list[bytes], qos: QoS, handler: int | None,
+                          keys: list[bytes] | None, post_id: int | None) -> list[int]:
         """A posted batch: once the group's backlog has room, as a leading sender does."""
         await self._require().wait_for_room(group)
-        return self._hand_over(group, payloads, qos, handler)
+        return self._hand_over(group, payloads, qos, handler, keys, post_id)
 
-    async def post(self, group: str, payload: bytes, qos: QoS, handler: int | None) -> None:
+    async def post(self, group: str, payload: bytes, qos: QoS, handler: int | None,
+                   key: bytes | None = None) -> bytes | int:
         self._require()
         self._check_size(payload, qos)
-        await self._poster.post(group, payload, qos, handler)
+        return await self._poster.post(group, payload, qos, handler, key)
 
     async def flush(self, group: str) -> None:
         await self._poster.flush(group)
@@ -402,6 +413,7 @@ class Node:
         """The handler of each kind of engine event: the one for what a program is told of it (rmpd.told.TOLD)."""
         by_told: dict[Told, Callable[[Any], None]] = {
             Told.DELIVERIES: self._delivered, Told.VIEW: self._view_installed, Told.UNDELIVERED: self._undelivered,
+            Told.ALREADY_DELIVERED: self._already_delivered,
             Told.ENDED: self._ended, Told.CALL: self._call_request, Told.LOCK_ANSWER: self._lock_answered,
             Told.CALL_ANSWER: self._call_answered, Told.NOTHING: _not_told}
         return {kind: by_told[told] for kind, told in TOLD.items()}
@@ -410,12 +422,21 @@ class Node:
         """The common case: one per delivered packet."""
         name = event.group
         if event.src == self._me:
-            self._own.delivered(name, event.seq, event.qos)
+            self._own.delivered(name, event.seq, event.qos, event.keys)
         joined = self._groups.get(name)
         if joined is not None:
             handler = event.handler
             joined[1].deliver_now(deliveries_of(name, event.src, event.seq, event.qos, event.ts, view_name(event.view),
-                                                handler, event.payloads, 0, event.answer), handler == LIBRARY_HANDLER)
+                                                handler, event.payloads, 0, event.answer, event.keys),
+                                  handler == LIBRARY_HANDLER)
+
+    def _already_delivered(self, event: EngineAlreadyDelivered) -> None:
+        """A keyed message of the program's that the group dropped as a copy: done, as if delivered, and the
+        program is told where the group delivered the key."""
+        self._own.already_delivered(event.group, event.seq, event.key)
+        joined = self._groups.get(event.group)
+        if joined is not None:
+            joined[1].tell_now(AlreadyDelivered(event.key, event.ts, view_name(event.view), event.group))
 
     def _view_installed(self, event: ViewInstalled) -> None:
         joined = self._groups.get(event.group)
@@ -430,13 +451,13 @@ class Node:
     def _report_undelivered(self, name: str, reason: str, named: UndeliveredSends | None = None) -> None:
         """The membership of ``name`` ended: the program's messages not delivered here, in one event (``named`` by
         the engine as never ordered, or ordered and not delivered here yet)."""
-        per_sender, unclaimed = self._own.ended(name, named)
+        per_sender, unclaimed = self._own.ended_named(name, named)
         self.stats["undelivered_unclaimed"] += unclaimed  # a non-member's calls this node relayed
-        seqs = per_sender.get(self)
+        lost = per_sender.get(self)
         joined = self._groups.get(name)
-        if seqs and joined is not None:
-            self.stats["undelivered_reported"] += len(seqs)
-            joined[1].tell_now(Undelivered(seqs, reason, name))
+        if lost is not None and joined is not None:
+            self.stats["undelivered_reported"] += len(lost.seqs)
+            joined[1].tell_now(Undelivered(lost.seqs, reason, name, lost.ids))
 
     def _ended(self, event: Left | JoinFailed) -> None:
         """The membership (or the join) ended: the process rejoins by itself, or the group is over."""

@@ -32,6 +32,7 @@ from typing import Any
 from rmpd import localapi
 from rmpd.localapi import Request, RequestError, parse_request
 from rmpd.protocol.events import (
+    AlreadyDelivered,
     CallAnswered,
     CallToAnswer,
     Delivered,
@@ -142,7 +143,7 @@ class Translator:
             CallAnswered: self.calls.answered, CallToAnswer: self.calls.requested,
             StatusAsked: self.gatherer.asked, StatusGathered: self.gatherer.gathered,
             Left: self._gone, JoinFailed: self._gone, UndeliveredSends: self._undelivered,
-            SendRefused: self._send_refused,
+            SendRefused: self._send_refused, AlreadyDelivered: self._already_delivered,
         }
         """The handler of each engine event but ``Delivered`` (gathered per drain, see :meth:`handle_events`)."""
 
@@ -399,6 +400,9 @@ class Translator:
         log.warning("%d message(s) of %s not delivered here (%s): seqs %s", len(event.seqs), event.group,
                     event.reason, ", ".join(map(str, event.seqs[:20])))
         self.sends.ended(event.group, event.reason, event, self.attachments.clients(event.group))
+
+    def _already_delivered(self, event: AlreadyDelivered) -> None:
+        self.sends.already_delivered(event, self.attachments.clients(event.group))
 
     def _send_refused(self, event: SendRefused) -> None:
         self.stats["sends_refused"] += 1

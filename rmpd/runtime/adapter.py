@@ -15,7 +15,7 @@ they are drained after it, never inside the drain that produced the event.
 from __future__ import annotations
 
 from collections import Counter, defaultdict, deque
-from collections.abc import Callable, Iterable, MutableMapping
+from collections.abc import Callable, Iterable, MutableMapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
 from typing import Any, Generic, Protocol, TypeVar
@@ -274,62 +274,141 @@ S = TypeVar("S")
 """Whoever sent a message: a client's session (the hub) or the program (the node)."""
 
 
+MessageId = bytes | int
+"""How a sender names a message besides its sequence number: its key, or the number the client library gave a
+message posted without one (``Group.post`` returns it)."""
+
+
+@dataclass(frozen=True)
+class NotDelivered:
+    """One sender's messages a membership ended without delivering here."""
+
+    seqs: tuple[int, ...]
+    """Their sequence numbers, in order, each once."""
+    ids: tuple[MessageId, ...]
+    """The keys and post numbers of those the sender named so, in order."""
+
+
 class OwnMessages(Generic[S]):
-    """The sequence numbers this process's ``send`` gave each sender, per group, until the message is delivered
-    here: when the membership ends first, each sender is told its own (docs/protocol.md, "Nothing lost in
-    silence").
+    """The messages this process's ``send`` gave each sender, per group, until they are delivered here or the
+    group tells the sender it had delivered their key already: when the membership ends first, each sender is told
+    its own (docs/protocol.md, "Nothing lost in silence").
 
     The engine's ``UndeliveredSends`` names the process's messages not yet ordered; a daemon has many clients, and the
-    numbers alone do not say whose they are, so the sender of each is kept here.  A message delivered here is
-    forgotten (it was not lost, and a busy sender must not grow this).  What is still kept when the membership ends
-    was ordered but not delivered here (a safe message not yet stable, say): the sender will not see it here
-    either, so it is reported with the rest.  Messages packed into one packet share its number: each of their
-    senders is told it.  Numbers nobody here was given (a non-member's call this member relayed into the order,
-    a sender gone meanwhile) are left out.  Unreliable messages are not kept: they have a numbering of their own,
-    and no delivery is promised for them."""
+    numbers alone do not say whose they are, so the sender of each is kept here, with the message's key or post
+    number when it has one (what the sender knows it by).  A message delivered here is forgotten (it was not lost,
+    and a busy sender must not grow this); so is a keyed one the group dropped as a copy (``AlreadyDelivered``):
+    its sender is told it is done.  What is still kept when the membership ends was ordered but not delivered here
+    (a safe message not yet stable, say): the sender will not see it here either, so it is reported with the rest.
+    Messages packed into one packet share its number: each of their senders is told it.  Numbers nobody here was
+    given (a non-member's call this member relayed into the order, a sender gone meanwhile) are left out.
+    Unreliable messages are not kept: they have a numbering of their own, and no delivery is promised for them."""
 
     def __init__(self) -> None:
-        self.groups: dict[str, dict[int, list[S]]] = {}
-        """Per group: sequence number -> the senders given it (usually one)."""
+        self.groups: dict[str, dict[int, list[tuple[S, MessageId | None]]]] = {}
+        """Per group: sequence number -> (sender, the message's key or post number) for each message named so, and
+        one (sender, None) for a sender's messages in that packet named by the number alone."""
 
-    def sent(self, group: str, seqs: list[int], qos: QoS, sender: S) -> None:
-        """``send`` gave ``sender`` these numbers (in a group the process is a member of)."""
+    def sent(self, group: str, seqs: list[int], qos: QoS, sender: S,
+             ids: Sequence[MessageId] | None = None) -> None:
+        """``send`` gave ``sender`` these numbers (in a group the process is a member of); ``ids``: the messages'
+        keys or post numbers, one per number (None: the numbers name them)."""
         if qos.level == Level.UNRELIABLE:
             return
         table = self.groups.setdefault(group, {})
-        for seq in dict.fromkeys(seqs):  # a batch packed into few packets repeats their numbers
-            senders = table.get(seq)
-            if senders is None:
-                table[seq] = [sender]
-            elif sender not in senders:
-                senders.append(sender)
+        if ids is None:
+            entry: tuple[S, MessageId | None] = (sender, None)
+            for seq in dict.fromkeys(seqs):  # a batch packed into few packets repeats their numbers
+                entries = table.get(seq)
+                if entries is None:
+                    table[seq] = [entry]
+                elif entry not in entries:
+                    entries.append(entry)
+            return
+        for seq, ident in zip(seqs, ids, strict=True):
+            entries = table.get(seq)
+            if entries is None:
+                table[seq] = [(sender, ident)]
+            else:
+                entries.append((sender, ident))
 
-    def delivered(self, group: str, seq: int, qos: QoS) -> None:
-        """An own message was delivered here (called only for own deliveries: the caller checks the source)."""
+    def delivered(self, group: str, seq: int, qos: QoS, keys: Sequence[bytes] | None = None) -> None:
+        """An own packet was delivered here (called only for own deliveries: the caller checks the source), with
+        ``keys`` when it is keyed: a keyed message whose key is not among them was dropped as a copy, and stays
+        until the group says so (:meth:`already_delivered`)."""
         table = self.groups.get(group)
-        if table and qos.level != Level.UNRELIABLE:
+        if not table or qos.level == Level.UNRELIABLE:
+            return
+        if keys is None:
             table.pop(seq, None)
+            return
+        entries = table.get(seq)
+        if entries is None:
+            return
+        delivered = Counter(keys)
+        left = []
+        for entry in entries:
+            ident = entry[1]
+            if type(ident) is bytes:
+                if delivered[ident] > 0:
+                    delivered[ident] -= 1
+                    continue
+                left.append(entry)
+        if left:
+            table[seq] = left
+        else:
+            del table[seq]
+
+    def already_delivered(self, group: str, seq: int, key: bytes) -> S | None:
+        """The group dropped the keyed message ``key`` of packet ``seq``: it had delivered the key already.  Its
+        sender (None when nobody here waits for it), who owes it to nobody now."""
+        table = self.groups.get(group)
+        entries = table.get(seq) if table else None
+        if not entries:
+            return None
+        for at, (sender, ident) in enumerate(entries):
+            if type(ident) is bytes and ident == key:
+                del entries[at]
+                if not entries:
+                    del table[seq]  # type: ignore[index]
+                return sender
+        return None
 
     def ended(self, group: str, named: UndeliveredSends | None = None) -> tuple[dict[S, tuple[int, ...]], int]:
         """The membership of ``group`` ended (``named``: the engine's report of what it had not ordered): per
-        sender, its messages not delivered here, in order; and how many of the named numbers no sender here waits
-        for (a relayed call, a sender gone, a message of unordered or source QoS delivered here as it went out)."""
+        sender, the numbers of its messages not delivered here, in order; and how many of the named numbers no
+        sender here waits for (:meth:`ended_named`)."""
+        per_sender, unclaimed = self.ended_named(group, named)
+        return {sender: lost.seqs for sender, lost in per_sender.items()}, unclaimed
+
+    def ended_named(self, group: str, named: UndeliveredSends | None = None) -> tuple[dict[S, NotDelivered], int]:
+        """The membership of ``group`` ended (``named``: the engine's report of what it had not ordered): per
+        sender, its messages not delivered here, by number and by key or post number; and how many of the named
+        numbers no sender here waits for (a relayed call, a sender gone, a message of unordered or source QoS
+        delivered here as it went out)."""
         table = self.groups.pop(group, {})
         unclaimed = sum(1 for seq in named.seqs if seq not in table) if named is not None else 0
-        per_sender: dict[S, list[int]] = {}
+        seqs: dict[S, list[int]] = {}
+        ids: dict[S, list[MessageId]] = {}
         for seq in sorted(table):
-            for sender in table[seq]:
-                per_sender.setdefault(sender, []).append(seq)
-        return {sender: tuple(seqs) for sender, seqs in per_sender.items()}, unclaimed
+            for sender, ident in table[seq]:
+                numbers = seqs.setdefault(sender, [])
+                if not numbers or numbers[-1] != seq:
+                    numbers.append(seq)
+                if ident is not None:
+                    ids.setdefault(sender, []).append(ident)
+        return {sender: NotDelivered(tuple(numbers), tuple(ids.get(sender, ())))
+                for sender, numbers in seqs.items()}, unclaimed
 
     def forget(self, sender: S, group: str | None = None) -> None:
         """``sender`` went away (from ``group``, or from all): nobody is left to tell about its messages."""
         for name in [group] if group is not None else list(self.groups):
             table = self.groups.get(name, {})
-            for seq in [s for s, senders in table.items() if sender in senders]:
-                senders = table[seq]
-                senders.remove(sender)
-                if not senders:
+            for seq in [s for s, entries in table.items() if any(e[0] == sender for e in entries)]:
+                left = [e for e in table[seq] if e[0] != sender]
+                if left:
+                    table[seq] = left
+                else:
                     del table[seq]
 
     def held(self, group: str) -> int:
@@ -383,4 +462,5 @@ class LockRequests(Generic[W]):
         return gone
 
 
-__all__ = ["OVERRUN_GRACE", "JoinEnd", "LockBusy", "LockRequests", "OwnMessages", "ProcessAdapter", "Reply"]
+__all__ = ["OVERRUN_GRACE", "JoinEnd", "LockBusy", "LockRequests", "MessageId", "NotDelivered", "OwnMessages",
+           "ProcessAdapter", "Reply"]

@@ -238,11 +238,15 @@ class ProcessLoop:
         self._taken()
         return seq
 
-    def send_many(self, group: str, payloads: list[bytes], qos: QoS, handler: int | None = None) -> list[int] | None:
+    def send_many(self, group: str, payloads: list[bytes], qos: QoS, handler: int | None = None,
+                  keys: list[bytes] | None = None) -> list[int] | None:
         """Send several messages in order with one drain, packed together into as few packets as they fit
-        (GroupEngine.send_batch); None when the group refuses them (it is being left)."""
+        (GroupEngine.send_batch), with one key each or none; None when the group refuses them (it is being left)."""
         now = trio.current_time()
-        seqs = self.process.send_batch(group, payloads, qos, now, handler)
+        if keys is None:
+            seqs = self.process.send_batch(group, payloads, qos, now, handler)
+        else:
+            seqs = self.process.send_batch(group, payloads, qos, now, handler, keys=keys)
         if seqs:
             self.metrics.sent(group, seqs[-1], qos, now)
         self._taken()

@@ -16,7 +16,7 @@ from rmpd.told import TOLD, Told, ending
 
 
 def test_make_delivery_equals_the_dataclass_and_stays_frozen() -> None:
-    args = (b"payload", "10.0.0.1:7000", 42, QoS.k(2), 17, "10.0.0.1:7000/5", "g", 3, 1, True)
+    args = (b"payload", "10.0.0.1:7000", 42, QoS.k(2), 17, "10.0.0.1:7000/5", "g", 3, 1, True, b"order-42")
     fast, slow = make_delivery(*args), Delivery(*args)
     assert fast == slow and hash(fast) == hash(slow) and repr(fast) == repr(slow)
     assert dataclasses.astuple(fast) == args

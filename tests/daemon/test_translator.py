@@ -82,8 +82,10 @@ class Process:
     def leave(self, group: str) -> None:
         self.asked.append(("leave", group))
 
-    def send_many(self, group: str, payloads: list[bytes], qos: QoS, handler: int | None = None) -> list[int]:
-        self.asked.append(("send", group, tuple(payloads)))
+    def send_many(self, group: str, payloads: list[bytes], qos: QoS, handler: int | None = None,
+                  keys: list[bytes] | None = None) -> list[int]:
+        self.asked.append(("send", group, tuple(payloads)) if keys is None else
+                          ("send", group, tuple(payloads), tuple(keys)))
         return [next(self.seqs) for _ in payloads]
 
     def has_room(self, group: str) -> bool:
@@ -519,8 +521,8 @@ def test_a_deliveries_frame_carries_the_engines_fields_and_decodes_to_them(hub: 
     (event,) = client.events("deliveries")
     assert event["runs"][0] == [PEER, 5, QoS.k(2).code(), 9, [PEER, 12], 1, 0, [b"a", b"b"], False]
     runs = localapi.decode_deliveries_untrusted(event["runs"], lambda *run: [run])
-    assert runs == [(PEER, 5, QoS.k(2), 9, f"{PEER}/12", 1, 0, [b"a", b"b"], False),
-                    (PEER, 6, QoS.TOTAL, 6, f"{ME}/1", None, 0, [b"c"], False)]
+    assert runs == [(PEER, 5, QoS.k(2), 9, f"{PEER}/12", 1, 0, [b"a", b"b"], False, None),
+                    (PEER, 6, QoS.TOTAL, 6, f"{ME}/1", None, 0, [b"c"], False, None)]
 
 
 @pytest.mark.parametrize("runs", [
@@ -530,6 +532,10 @@ def test_a_deliveries_frame_carries_the_engines_fields_and_decodes_to_them(hub: 
     [[PEER, 1, 3, 0, f"{ME}/1", None, 0, [b"x"], False]],
     [[PEER, 1, 3, 0, [ME, "1"], None, 0, [b"x"], False]],
     [[PEER, 1, 3, 0, [ME, 1, 2], None, 0, [b"x"], False]],
+    [[PEER, 1, 3, 0, [ME, 1], None, 0, [b"x"], False, [b"k1", b"k2"]]],  # not one key per payload
+    [[PEER, 1, 3, 0, [ME, 1], None, 0, [b"x"], False, ["k1"]]],
+    [[PEER, 1, 3, 0, [ME, 1], None, 0, [b"x"], False, b"k1"]],
+    [[PEER, 1, 3, 0, [ME, 1], None, 0, [b"x"], False, [b"k1"], 0]],
 ])
 def test_runs_that_are_not_deliveries_are_a_bad_frame(runs: Any) -> None:
     with pytest.raises(localapi.FrameError) as refused:

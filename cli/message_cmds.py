@@ -12,9 +12,11 @@ import typer
 import rmpd
 from rmpd.client import Client
 from rmpd.client.errors import single_error
+from rmpd.localapi import check_key
 from rmpd.protocol.qos import QoS
 
-from .client_common import JsonOption, bytes_json, emit_json, err, run_with_client
+from .client_common import JsonOption, bytes_json, emit_json, err, run_with_client, socket_path
+from .keyed_send import GaveUp, check_prefix, key_of, send_keyed
 
 message_app = typer.Typer()
 
@@ -52,14 +54,26 @@ def send(
     count: Annotated[int, typer.Option(min=1, help="Send the message (or a numbered one) N times.")] = 1,
     size: Annotated[int | None, typer.Option(min=0, max=60000, help="Pad or cut each message to B bytes.")] = None,
     handler: Annotated[int | None, typer.Option(min=0, max=5, help="Handler number carried by the message.")] = None,
+    key_prefix: Annotated[str | None, typer.Option(
+        "--key-prefix", help="Send line (or message) N with the key NAME:N, again until the group confirms it: run "
+                             "the same command again after any failure and each line is delivered exactly once.",
+        metavar="NAME")] = None,
+    timeout: Annotated[float, typer.Option(min=0.1, help="With --key-prefix: give up (exit 1) after this many "
+                                                        "seconds with lines unconfirmed and none newly confirmed.")]
+    = 60.0,
     json_out: Annotated[bool, JsonOption] = False,
 ) -> None:
     """Multicast messages to GROUP through the local daemon (joining it for the duration if needed).
 
     Each message counts as sent once the daemon accepted and numbered it.  Messages the daemon reports it will not
-    deliver (its membership ended first, see docs/operations.md) are named on stderr, and the exit status is 1."""
+    deliver (its membership ended first, see docs/operations.md) are named on stderr, and the exit status is 1.
+    With --key-prefix, each is sent until the group confirms it (reconnecting to a daemon that restarted), and the
+    exit status is 0 once all are."""
     payloads = [] if stdin else _payloads(message, count, size)
     level = QoS.parse(qos)
+    if key_prefix is not None:
+        _send_keyed(ctx, group, key_prefix, level, handler, timeout, None if stdin else payloads, json_out)
+        return
 
     async def body(client: Client) -> tuple[list[int], list[int]]:
         group_handle = await client.join(group)
@@ -99,6 +113,32 @@ def send(
         raise typer.Exit(1)
 
 
+def _send_keyed(ctx: typer.Context, group: str, key_prefix: str, level: QoS, handler: int | None, timeout: float,
+                payloads: list[bytes] | None, json_out: bool) -> None:
+    """`rmp send --key-prefix`: every line sent until confirmed (cli.keyed_send); one line and exit 1 when that
+    cannot be done."""
+    try:
+        prefix = check_prefix(key_prefix)
+        check_key(key_of(prefix, 1), level)
+    except ValueError as exc:
+        err.print(f"[red]error:[/red] bad-key: {exc}", highlight=False)
+        raise typer.Exit(1) from None
+    try:
+        lines = trio.run(send_keyed, socket_path(ctx), group, prefix, level, handler, timeout, payloads)
+    except (GaveUp, rmpd.RmpdError) as exc:
+        err.print(f"[red]error:[/red] {exc.code}: {exc.message}", highlight=False)
+        raise typer.Exit(1) from None
+    except KeyboardInterrupt:
+        raise typer.Exit(130) from None
+    if json_out:
+        emit_json({"group": group, "sent": lines.read, "qos": level.name(), "key_prefix": key_prefix,
+                   "delivered": lines.delivered, "already_delivered": lines.already, "resent": lines.resent})
+    else:
+        err.print(f"sent {lines.read} message(s) to {group} ({level.name()}) with keys {key_prefix}:1.."
+                  f"{key_prefix}:{lines.read}, all confirmed: {lines.delivered} delivered, {lines.already} "
+                  f"delivered before ({lines.resent} sent again)", highlight=False)
+
+
 def _seq_list(seqs: tuple[int, ...], shown: int = 20) -> str:
     text = ", ".join(map(str, seqs[:shown]))
     return text + (f" and {len(seqs) - shown} more" if len(seqs) > shown else "")
@@ -108,8 +148,11 @@ def _delivery_json(event: rmpd.Delivery) -> dict[str, Any]:
     """One delivery as JSON that gives back its exact bytes: ``payload`` holds the text when the bytes are valid
     UTF-8, ``payload_b64`` (standard base64) holds them otherwise; never both.  (src, seq, index) names the
     message: packed messages share their packet's ``seq``."""
-    return {"src": event.source, "seq": event.seq, "index": event.index, "ts": event.timestamp,
-            "qos": event.qos.name(), "view": event.view, **bytes_json("payload", event.payload)}
+    shown = {"src": event.source, "seq": event.seq, "index": event.index, "ts": event.timestamp,
+             "qos": event.qos.name(), "view": event.view, **bytes_json("payload", event.payload)}
+    if event.key is not None:
+        shown.update(bytes_json("key", event.key))  # ``key``, or ``key_b64`` for a key that is not UTF-8
+    return shown
 
 
 @message_app.command("listen")
@@ -140,7 +183,8 @@ def listen(
             if json_out:
                 emit_json(_delivery_json(event))
             else:
-                typer.echo(f"[{event.timestamp}] {event.source}#{event.seq} ({event.qos.name()}): "
+                key = "" if event.key is None else f" [{event.key.decode('utf-8', 'backslashreplace')}]"
+                typer.echo(f"[{event.timestamp}] {event.source}#{event.seq} ({event.qos.name()}){key}: "
                            f"{event.payload.decode('utf-8', 'backslashreplace')}")
             sys.stdout.flush()
             if count is not None and seen >= count:

@@ -16,6 +16,7 @@ from .events import AlreadyDelivered, make_delivered
 from .ids import ProcessId, ViewId
 from .keys import KeyTable
 from .ordering import Ordering
+from .orderingq import Slot, SlotKind
 from .packets import Data, Fragment, Keyed, NewList, Relayed
 from .qos import Level
 from .relay import CallRelay
@@ -103,6 +104,26 @@ class Deliverer:
             return messages, body.keys, repeated
         return tuple(kept), tuple(kept_keys), repeated
 
+    def _keyed_delivered_before(self, slot: Slot) -> Data | None:
+        """The keyed packet at ``slot`` if this process delivered it already, in an earlier membership of the group
+        (``DeliveredBefore``), and it is ordered again here: not delivered twice, but its keys must count here as
+        they do at every member that delivers it now, or the members' tables would differ."""
+        if slot.kind is not SlotKind.DATA or not self.keys.in_use or slot.key is None:
+            return None
+        packet = self.ordering.data.get(slot.key)
+        return packet if packet is not None and type(packet.payload) is Keyed else None
+
+    def _count_keys(self, packet: Data, ts: int | None) -> None:
+        """Keep the keys of a keyed packet delivered here before (:meth:`_keyed_delivered_before`)."""
+        body = packet.payload
+        assert type(body) is Keyed
+        if ts is None or (isinstance(body.body, Fragment) and body.body.more):
+            return
+        for key in body.keys:
+            self.keys.first_delivery(key, ts, self.views.current.view_id, body.stamp)
+        self.keys.advance(body.stamp)
+        self.stats["keys_delivered_before"] += 1
+
     def _hand_keys_to_joiners(self, before: View, now: float) -> None:
         """A New List of a group that carried keyed messages was delivered: if it admitted processes, the first
         member that was in the view before sends them the key table as it stands here (rmpd.protocol.keys)."""
@@ -125,12 +146,15 @@ class Deliverer:
         ordering = self.ordering
         while (step := ordering.next_in_total_order(self.holdings, self.views.current)) is not None:
             slot, packet, holders, need = step
+            done = self._keyed_delivered_before(slot) if packet is None else None
+            if not self.keys.ready and (done is not None or (packet is not None and type(packet.payload) is Keyed)):
+                # A joiner decides no keyed delivery before it holds the group's table (on_data takes it).
+                self.keys.wait_from(now, 2 * self.config.fail_after)
+                return
             if packet is not None:
-                if not self.keys.ready and type(packet.payload) is Keyed:
-                    # A joiner decides no keyed delivery before it holds the group's table (on_data takes it).
-                    self.keys.wait_from(now, 2 * self.config.fail_after)
-                    return
                 self.deliver(packet, slot.ts, now, holders, need)
+            elif done is not None:
+                self._count_keys(done, slot.ts)
             ordering.finish(slot)
             if packet is None and isinstance(slot.packet, NewList):
                 before = self.views.app

@@ -50,7 +50,7 @@ from .events import SendRefused, ViewInstalled
 from .ids import ProcessId, ViewCounter, ViewId
 from .intake import MemberState, PacketIntake
 from .keys import KeyTable
-from .limits import check_handler, check_keys, check_lock, check_message_size
+from .limits import check_handler, check_keys, check_lock, check_message_size, keyed_qos
 from .liveness import Liveness
 from .membership import Op
 from .multirpc import ScmpSettings
@@ -291,7 +291,10 @@ class GroupEngine(PacketIntake, MembershipEnding, ReformationSide):
             check_message_size(self.config, max(payloads, key=len), qos)  # both limits are on the length
         if qos.level == Level.UNRELIABLE:
             return [self._send_unreliable(payload, qos, handler, now) for payload in payloads]
-        stamp = self.relay.wall_ms(now) if keys is not None else 0
+        stamp = 0
+        if keys is not None:
+            stamp = self.relay.wall_ms(now)
+            qos = keyed_qos(qos)
         seqs = self.sender.queue(payloads, qos, handler, keys, stamp)
         self.sender.fill_window(self.views.current.view_id, now)
         self._progress(now)

@@ -57,6 +57,16 @@ def check_keys(payloads: Sequence[bytes], qos: QoS, keys: Sequence[bytes] | None
             raise BadKey(f"a key is 1 to {MAX_KEY} bytes")
 
 
+def keyed_qos(qos: QoS) -> QoS:
+    """The QoS a keyed message is delivered with: at least MAJORITY.  A sender that sees its own keyed message
+    delivered stops resending it; a totally ordered message delivered at its sender may still be lost with the
+    sender's view if the sender is cut off before another member holds it, so the key would never be delivered by
+    the members that go on.  Delivered once a majority of the view holds it, it survives in every view that keeps
+    a majority (``min_partition`` majority), as Kafka's idempotent producer requires acknowledgement by all
+    in-sync replicas."""
+    return qos if qos.level >= Level.MAJORITY else QoS(Level.MAJORITY)
+
+
 def check_handler(handler: int | None) -> None:
     """A message's handler: a handler lock, or the client library's own (LIBRARY_HANDLER)."""
     if handler is not None and not 0 <= handler <= LIBRARY_HANDLER:

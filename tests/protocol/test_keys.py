@@ -55,6 +55,18 @@ def test_a_key_sent_again_is_delivered_once_everywhere_and_its_sender_is_told_wh
     assert not net.of_type(0, AlreadyDelivered)  # only the copy's own sender is told
 
 
+def test_a_keyed_message_is_delivered_once_a_majority_holds_it() -> None:
+    """A sender that sees its keyed message delivered stops resending it: that delivery must survive the sender's
+    being cut off, so keyed messages below MAJORITY are delivered as MAJORITY (safe ones stay safe)."""
+    net = group_of(3)
+    send(net, 0, [b"t"], [b"k1"], QoS.TOTAL)
+    send(net, 0, [b"r"], [b"k2"], QoS.k(1))
+    send(net, 0, [b"s"], [b"k3"], QoS.SAFE)
+    net.advance(0.5)
+    assert [(d.key, d.qos) for d in net.deliveries(1)] == [(b"k1", QoS.MAJORITY), (b"k2", QoS.MAJORITY),
+                                                           (b"k3", QoS.SAFE)]
+
+
 def test_a_packed_batch_keeps_the_first_copy_of_each_key() -> None:
     net = group_of(2)
     send(net, 0, [b"a1", b"b1", b"a2", b"c1"], [b"a", b"b", b"a", b"c"])

@@ -19,6 +19,7 @@ import rmpd
 from rmpd import localapi
 
 from .harness import RMP, Daemon, unique, wait_for
+from .test_client_library import FAST_NODE
 
 QUICK_FAILURE = "[timers]\nrequest_interval = 0.1\njoin_retries = 3\nfail_after = 1.5\n"
 """Daemons that find a killed member gone in 1.5 s: the tests are about what the sender does next."""
@@ -381,3 +382,27 @@ def test_rmp_send_with_its_daemon_killed_halfway_then_run_again_delivers_each_li
         rows = [r for r in listened(out_path) if "key" in r]
         assert sorted(r["key"] for r in rows) == sorted(f"run1:{n}" for n in range(1, 501))
     assert [r["key"] for r in listened(outs[0]) if "key" in r] == [r["key"] for r in listened(outs[1]) if "key" in r]
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# An embedded node keeps the same promises
+
+
+async def test_an_embedded_node_delivers_a_key_once_and_tells_its_program_already_delivered(
+        loopback_multicast) -> None:
+    async with rmpd.Node(interface="lo", port=0, config=FAST_NODE) as node:
+        group = await node.join(unique("node-keys"))
+        with trio.fail_after(20):
+            await group.send(b"first", key=b"k1")
+            assert await group.post(b"second", key=b"k1", qos=rmpd.QoS.SAFE) == b"k1"
+            assert await group.post(b"plain") == 2  # the node numbers posts as a daemon connection does
+            await group.flush()
+            first = await next_of(group, rmpd.Delivery)
+            assert (first.payload, first.key) == (b"first", b"k1")
+            assert await next_of(group, rmpd.AlreadyDelivered) == rmpd.AlreadyDelivered(b"k1", first.timestamp,
+                                                                                         first.view, group.name)
+            plain = await next_of(group, rmpd.Delivery)
+            assert (plain.payload, plain.key) == (b"plain", None)
+        with pytest.raises(rmpd.RmpdError) as refused:
+            await group.send(b"x", qos=rmpd.QoS.SOURCE, key=b"k2")
+        assert refused.value.code == localapi.BAD_KEY

@@ -62,6 +62,8 @@ def sim(
     call_dup: Annotated[int, typer.Option(min=1, help="Copies of each call datagram put on the wire.")] = 1,
     congestion: Annotated[str | None, typer.Option(
         help="The members' congestion control: rmp, fixed or delay [default: the engine's].")] = None,
+    keys: Annotated[bool, typer.Option("--keys", help=(
+        "Key every totally ordered message and resend what is not delivered; check exactly-once."))] = False,
     seeds: Annotated[int, typer.Option(min=1, help="Run seeds 1..S.")] = 1,
     seed: Annotated[int | None, typer.Option(help="Run exactly this one seed (replays a failure).")] = None,
     journal: Annotated[Path | None, typer.Option(help="Write journals to DIR/seed-<n>/.")] = None,
@@ -85,7 +87,7 @@ def sim(
     config = SimConfig(members=members, senders=senders, messages=messages, size=size, loss=loss, dup=dup,
                        reorder=reorder, qos=qos, crash=crash, partition=partition, joins=joins, leaves=leaves,
                        locks=locks, calls=calls, call_dup=call_dup, restarts=restarts, simultaneous=simultaneous,
-                       congestion=congestion)
+                       congestion=congestion, keys=keys)
     seed_list = [seed] if seed is not None else list(range(1, seeds + 1))
     started = time.monotonic()
     results = _run_all(config, seed_list, journal, workers or os.cpu_count() or 1, err)
@@ -136,6 +138,11 @@ def sim(
         "calls": sum(r.calls for r in results),
         "calls_replied": sum(r.calls_replied for r in results),
         "calls_failed": sum(sum(r.calls_failed.values()) for r in results),
+        "keys_sent": sum(r.keys_sent for r in results),
+        "keys_delivered": sum(r.keys_delivered for r in results),
+        "keys_resent": sum(r.keys_resent for r in results),
+        "keys_already_delivered": sum(r.keys_already_delivered for r in results),
+        "keys_abandoned": sum(r.keys_abandoned for r in results),
         "elapsed_seconds": round(elapsed, 3),
         "failures": failures,
     }
@@ -188,6 +195,9 @@ def _print_summary(console: Console, config: SimConfig, summary: dict) -> None:
         ("seeds", str(seeds)),
         ("violations", f"[{'green' if ok else 'red'}]{summary['violations']}[/]"),
         ("delivered / expected", f"{summary['delivered']} / {summary['expected']}"),
+        *([("keys delivered / keys sent", f"{summary['keys_delivered']} / {summary['keys_sent']}"),
+           ("keyed copies resent / already delivered",
+            f"{summary['keys_resent']} / {summary['keys_already_delivered']}")] if config.keys else []),
         ("quiescent seeds", f"{summary['quiescent_seeds']} / {seeds}"),
         ("seeds ending in one view", f"{summary['one_view_seeds']} / {seeds}"),
         ("converged p50 / p99 (s)", f"{summary['convergence_p50_seconds']} / {summary['convergence_p99_seconds']}"),

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..protocol.qos import Level, QoS
+from .exactly_once import ExactlyOnce, as_sent
 from .observations import (
     AckHeld,
     DataHeld,
@@ -46,10 +47,21 @@ class SentMessage:
     seq: int
     qos: QoS
     payload: bytes | tuple[bytes, ...]
+    keys: tuple[bytes, ...] = ()
+    """The messages' keys, one per payload, for keyed messages; none for messages sent without."""
 
     @property
     def payloads(self) -> tuple[bytes, ...]:
         return self.payload if isinstance(self.payload, tuple) else (self.payload,)
+
+    def delivers(self, payloads: tuple[bytes, ...] | None, keys: tuple[bytes, ...] | None,
+                 duplicates: tuple[bytes, ...]) -> bool:
+        """A delivery of this packet hands over what was sent (``payloads`` None: not compared), less the keyed
+        copies the group left out as delivered already."""
+        if not self.keys:
+            return keys is None and not duplicates and (payloads is None or payloads == self.payloads)
+        kept = as_sent(tuple(zip(self.payloads, self.keys, strict=True)), keys or (), duplicates)
+        return kept is not None and (payloads is None or payloads == kept)
 
 
 class InvariantChecker:
@@ -84,6 +96,7 @@ class InvariantChecker:
         self.token_checked: dict[str, int] = {}
         self.reformed: dict[str, tuple[str, ...]] = {}
         """Views made by a reformation, with their members: all they hold up to the sync point is stable."""
+        self.exactly_once = ExactlyOnce(self.fail)
         self._observers: dict[type, Callable[[Any], None]] = {
             DataHeld: self._on_data_held, AckHeld: self._on_ack, TokenAccepted: self._on_token,
             ViewEntered: self._on_view, ReformationCommitted: self._on_reformed, MessageDelivered: self._on_deliver,
@@ -103,7 +116,8 @@ class InvariantChecker:
         key = (message.src, message.seq, message.qos.level != Level.UNRELIABLE)
         earlier = self.sent.get(key)
         if earlier is not None and earlier.qos == message.qos:
-            self.sent[key] = SentMessage(message.src, message.seq, message.qos, (*earlier.payloads, *message.payloads))
+            self.sent[key] = SentMessage(message.src, message.seq, message.qos, (*earlier.payloads, *message.payloads),
+                                         (*earlier.keys, *message.keys))
         else:
             self.sent[key] = message
 
@@ -170,11 +184,12 @@ class InvariantChecker:
         src, seq, ts, view = delivered.src, delivered.seq, delivered.ts, delivered.view
         reliable = qos.level != Level.UNRELIABLE
         sent = self.sent.get((src, seq, reliable))
-        if delivered.relayed:
-            # A member relaying a non-member's call: no application sent it; it is checked for order like any
-            # packet, and the runner checks the calls themselves (each run at most once, answered once).
+        if delivered.relayed or delivered.keytable:
+            # A member relaying a non-member's call, or the engine's own key table: no application sent it; it is
+            # checked for order like any packet, and the runner checks the calls themselves (each run at most
+            # once, answered once).
             sent = self.sent.setdefault((src, seq, reliable), SentMessage(src, seq, qos, ()))
-        if sent is None or sent.qos != qos or (payloads is not None and payloads != sent.payloads):
+        if sent is None or sent.qos != qos or not sent.delivers(payloads, delivered.keys, delivered.duplicates):
             self.fail("integrity", f"{node} delivered {src}#{seq} ({qos.name()}) that was not sent so")
             return
         if not reliable:
@@ -184,6 +199,8 @@ class InvariantChecker:
             self.fail("no-duplicate", f"{node} delivered {src}#{seq} twice")
             return
         self.delivered[node].add(key)
+        if delivered.keys is not None:
+            self.exactly_once.delivered(node, key, view, ts, delivered.keys, delivered.duplicates)
         self.delivered_count += delivered.parts
         self.deliveries[node].append((view, key, delivered.mono))
         if qos.level >= Level.SOURCE:
@@ -227,6 +244,7 @@ class InvariantChecker:
         """The process restarted under the same ID: a new application, which holds and delivered nothing yet."""
         node = restarted.node
         self._forget_views(node)
+        self.exactly_once.restarted(node)
         for per_node in (self.delivered, self.has_data, self.has_ack):
             per_node.pop(node, None)
         self.token_checked.pop(node, None)

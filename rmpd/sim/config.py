@@ -44,6 +44,9 @@ class SimConfig:
     """Virtual seconds after which a run that has not fallen silent counts as not quiescent."""
     congestion: str | None = None
     """The members' congestion control (``flow.CONGESTION_CONTROLS``); None: the engine's default."""
+    keys: bool = False
+    """Every totally ordered (or above) message carries a key of its own, and the application resends each one
+    reported undelivered, or in flight when its process crashed, until it is delivered or told AlreadyDelivered."""
 
     def __post_init__(self) -> None:
         if self.members < 1:
@@ -94,6 +97,8 @@ class SimConfig:
             args += ["--calls", str(self.calls), "--call-dup", str(self.call_dup)]
         if self.congestion is not None:
             args += ["--congestion", self.congestion]
+        if self.keys:
+            args.append("--keys")
         return args
 
     def replay_command(self, seed: int) -> str:
@@ -129,6 +134,16 @@ class SeedResult:
     calls: int = 0
     calls_replied: int = 0
     calls_failed: dict[str, int] = field(default_factory=dict)
+    keys_sent: int = 0
+    """Distinct keys the applications gave their messages (``--keys``)."""
+    keys_delivered: int = 0
+    """Of those, the keys some member delivered."""
+    keys_resent: int = 0
+    """Copies of keyed messages sent again (after Undelivered, or a crash with the message in flight)."""
+    keys_already_delivered: int = 0
+    """Copies their senders were told the group had delivered already."""
+    keys_abandoned: int = 0
+    """Keys whose application left the group before they were settled: nobody resends them."""
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)

@@ -112,12 +112,15 @@ class FaultInjector:
 
     def __init__(self, plan: FaultPlan, rng: random.Random, cluster: Cluster, clock: Timeline, *,
                  crashes: CrashDetections, min_partition: int, drain: Callable[[int], None],
-                 stop_sending: Callable[[int], None], observe: Callable[[Observation], None]) -> None:
+                 stop_sending: Callable[[int], None], observe: Callable[[Observation], None],
+                 process_lost: Callable[[int], None] = lambda slot: None) -> None:
         """``rng``: the generator the plan was drawn from, for the choices made when a fault strikes.  ``drain``
-        takes a slot's outputs after a fault made some; ``observe`` tells the checker of a new incarnation."""
+        takes a slot's outputs after a fault made some; ``observe`` tells the checker of a new incarnation;
+        ``process_lost`` tells the slot's application that its process crashed."""
         self.plan, self.rng, self.cluster, self.clock = plan, rng, cluster, clock
         self.crashes, self.min_partition = crashes, min_partition
         self.drain, self.stop_sending, self.observe = drain, stop_sending, observe
+        self.process_lost = process_lost
         self.last_fault_at = 0.0
         """When the last fault the group has to converge after struck (``CONVERGENCE_FAULTS``)."""
 
@@ -138,6 +141,7 @@ class FaultInjector:
         if cluster.procs[i] is None:
             return
         cluster.crash(i)
+        self.process_lost(i)
         pid = cluster.pids[i]
         fellows = {p.pid for _, p in cluster.live() if pid in (p.view(GROUP) or ())}
         self.crashes.no_longer_fellow(pid)

@@ -96,6 +96,12 @@ class MessageDelivered(Observation):
     """The view the packet was ordered in, when a member delivers it in a later one."""
     need: int | None = None
     """How many holders the engine required (fewer than K when members left before delivery)."""
+    keys: tuple[bytes, ...] | None = None
+    """The delivered messages' keys, one per message, when the packet is keyed."""
+    duplicates: tuple[bytes, ...] = ()
+    """Keys of the packet's messages left out: the group had delivered them already."""
+    keytable: bool = False
+    """A packet of the engine's own key-table transfer: ordered like any other, handed to no application."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,5 +168,9 @@ def _delivered(node: str, rec: dict[str, Any],
         # A packet journaled as delivered with messages but handed over without them shows as no messages.
         same_packet = payloads.get((rec["src"], rec["seq"], rec["qos"]))
         got = same_packet.pop(0) if parts and same_packet else ()
+    keys = rec.get("keys")
+    keytable = bool(rec.get("keytable"))
     return MessageDelivered(node, rec["src"], rec["seq"], QoS.parse(rec["qos"]), rec["ts"], rec["view"], rec["mono"],
-                            parts, got, relayed, rec.get("order_view"), rec.get("need"))
+                            parts, None if keytable else got, relayed, rec.get("order_view"), rec.get("need"),
+                            None if keys is None else tuple(bytes.fromhex(key) for key in keys),
+                            tuple(bytes.fromhex(key) for key in rec.get("duplicates") or ()), keytable)

@@ -90,7 +90,7 @@ class Simulation:
         self.faults = FaultInjector(plan_faults(config, fault_rng, self.faults_until), fault_rng, self.cluster,
                                     self.clock, crashes=self.crashes, min_partition=self.min_partition,
                                     drain=self._drain, stop_sending=self.workload.stop_sending,
-                                    observe=self.checker.observe)
+                                    observe=self.checker.observe, process_lost=self.workload.process_lost)
         self.views: set[str] = set()
         self.recoveries: set[str] = set()
         self.max_ack_slots = 0
@@ -130,6 +130,7 @@ class Simulation:
                 same_time, last_time = 0, clock.now
             self.handlers[type(event)](event)
         checker.finish()
+        self._check_keys_delivered()
         if self.writer is not None:
             self.writer.close()
         return self._result(quiescent=not timed_out)
@@ -198,6 +199,7 @@ class Simulation:
         for observation in observe_step(self.cluster.pids[i], records, events):
             self.checker.observe(observation)
             self._note(observation)
+        self.workload.told(i, events)
         if self.writer is not None and records:
             for rec in records:
                 rec["wall"] = SIM_EPOCH + rec["mono"]
@@ -260,7 +262,29 @@ class Simulation:
             calls=self.config.calls,
             calls_replied=workload.calls_replied,
             calls_failed=dict(workload.calls_failed),
+            **self._key_counts(),
         )
+
+    def _key_counts(self) -> dict[str, int]:
+        keyed = self.workload.keyed
+        if keyed is None:
+            return {}
+        return {"keys_sent": keyed.keys_made, "keys_delivered": self.checker.exactly_once.keys_delivered,
+                "keys_resent": keyed.resent, "keys_already_delivered": keyed.already_delivered,
+                "keys_abandoned": keyed.abandoned}
+
+    def _check_keys_delivered(self) -> None:
+        """The end of ``exactly-once``: every key made was delivered somewhere (its application resent it until
+        it was)."""
+        keyed = self.workload.keyed
+        if keyed is None:
+            return
+        delivered = self.checker.exactly_once.first
+        missing = [key for key in keyed.all_keys() if key not in delivered]
+        if missing:
+            shown = ", ".join(key.decode() for key in missing[:5])
+            self.checker.fail("exactly-once", f"{len(missing)} of {keyed.keys_made} keys delivered nowhere: {shown}"
+                                              f"{', ...' if len(missing) > 5 else ''}")
 
     def _one_view(self) -> bool:
         """Every live process that wants the group (not the caller, not one that left) is a member of the same
@@ -276,7 +300,7 @@ class Simulation:
         """Deliveries owed and made among the members of the surviving view (the view most live processes hold).
 
         Member m owes delivery of every reliable message sent by a member s of that view in the membership s
-        still runs, after m's membership began.
+        still runs, after m's membership began, but for keyed copies the group left out as delivered already.
         """
         members: dict[str, GroupStatus] = {}
         holders: Counter[str] = Counter()
@@ -290,7 +314,9 @@ class Simulation:
         surviving_view = holders.most_common(1)[0][0]
         survivors = {node: s for node, s in members.items() if str(s.view.view_id) == surviving_view}
         current: dict[str, Membership] = {node: (node, s.started_at) for node, s in survivors.items()}
-        owed = [m for m in self.workload.sent if current.get(m.src) == m.membership]
+        left_out = self.checker.exactly_once
+        owed = [m for m in self.workload.sent
+                if current.get(m.src) == m.membership and left_out.owed(m.src, m.seq, m.key)]
         expected = delivered = 0
         for node, status in survivors.items():
             got = self.checker.delivered[node]

@@ -48,6 +48,12 @@ class AppSend(SlotEvent):
     __slots__ = ()
 
 
+class AppResend(SlotEvent):
+    """The application on slot ``slot`` sends again the keyed messages it has to (once its process is in a view)."""
+
+    __slots__ = ()
+
+
 @dataclass(frozen=True, slots=True)
 class AppCall(SimEvent):
     """The non-member calls the group for the ``number``-th time."""

@@ -2,7 +2,8 @@
 
 Send times, QoS picks, payloads and call times come from the run's workload generator.  The checker is told every
 message handed to a process (what it will have to see delivered), and the calls are checked here: each runs at
-most once and is answered once, with the reply its handler made.
+most once and is answered once, with the reply its handler made.  With keys (``--keys``) every totally ordered
+message carries one, and the applications send again what was not settled (resends.py).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..protocol.events import CallAnswered, CallToAnswer
-from ..protocol.limits import MessageTooLarge
+from ..protocol.limits import MessageTooLarge, keyed_qos
 from ..protocol.process import NotMember
 from ..protocol.qos import Level, QoS
 from ..protocol.status import GroupStatus
@@ -23,7 +24,8 @@ from . import QOS_CHOICES
 from .checker import InvariantChecker, SentMessage
 from .cluster import Cluster
 from .config import GROUP, SimConfig
-from .schedule import AppCall, AppSend, Timeline
+from .resends import KeyedMessage, KeyedSends
+from .schedule import AppCall, AppResend, AppSend, Timeline
 
 MIXED = tuple(QoS.parse(name) for name in QOS_CHOICES[:-1])
 CALLS_START = 2.5
@@ -43,6 +45,7 @@ class Sent:
     seq: int
     membership: Membership
     at: float
+    key: bytes | None = None
 
 
 class Workload:
@@ -67,9 +70,11 @@ class Workload:
         self.call_answers: Counter[int] = Counter()
         self.calls_replied = 0
         self.calls_failed: Counter[str] = Counter()
+        self.keyed = KeyedSends(size, clock) if config.keys else None
+        """The keyed messages not yet settled, with ``--keys``."""
 
     def handlers(self) -> dict[type, Callable[[Any], None]]:
-        return {AppSend: self.send, AppCall: self.call}
+        return {AppSend: self.send, AppCall: self.call, AppResend: self.resend}
 
     def start(self, i: int) -> None:
         """Schedule the first message of slot ``i``'s application, if it sends any."""
@@ -78,40 +83,83 @@ class Workload:
 
     def stop_sending(self, i: int) -> None:
         self.to_send[i] = 0
+        if self.keyed is not None:
+            self.keyed.stopped(i)
+
+    def process_lost(self, i: int) -> None:
+        """Slot ``i``'s process crashed: its application sends again the keyed messages it carried."""
+        if self.keyed is not None:
+            self.keyed.process_lost(i)
+
+    def told(self, i: int, events: list[Any]) -> None:
+        """What slot ``i``'s process told its application about its keyed messages."""
+        proc = self.cluster.procs[i]
+        if self.keyed is not None and proc is not None:
+            self.keyed.take(i, proc.pid, events)
+
+    def _taking(self, i: int) -> GroupStatus | None:
+        """The membership of slot ``i``'s process, when it can take a message now."""
+        proc = self.cluster.procs[i]
+        status = proc.status(GROUP) if proc is not None else None
+        if status is not None and not status.departed and not status.leaving and not status.reforming:
+            return status
+        return None
 
     def send(self, event: AppSend) -> None:
         """The application of the slot sends one message (if its process can take it) and schedules the next."""
         cfg, rng, i = self.config, self.rng, event.slot
         qos = rng.choice(MIXED) if cfg.qos == "mixed" else QoS.parse(cfg.qos)
         payload = rng.randbytes(cfg.size)
-        proc = self.cluster.procs[i]
-        status = proc.status(GROUP) if proc is not None else None
-        if status is not None and not status.departed and not status.leaving and not status.reforming:
-            self._send_one(i, status, qos, payload)
+        status = self._taking(i)
+        if status is not None:
+            if self.keyed is not None and qos.level >= Level.TOTAL:
+                self._send_one(i, status, qos, payload, KeyedMessage(i, self.keyed.new_key(i), payload, qos))
+            else:
+                self._send_one(i, status, qos, payload)
         self.to_send[i] -= 1
         if self.to_send[i] > 0:
             self.clock.push(self.clock.now + rng.expovariate(1 / self.send_interval), event)
 
-    def _send_one(self, i: int, status: GroupStatus, qos: QoS, payload: bytes) -> None:
-        """Hand one message to process ``i`` (whose membership ``status`` describes) and tell the checker what it
-        will have to deliver."""
+    def resend(self, event: AppResend) -> None:
+        """The application of the slot sends again its keyed messages not settled, once its process is in a view."""
+        keyed, i = self.keyed, event.slot
+        assert keyed is not None
+        messages = keyed.due(i)
+        for n, message in enumerate(messages):
+            if message.key not in keyed.unsettled:
+                continue  # settled by what the process said after an earlier resend
+            status = self._taking(i)  # sending may change it: each send is told what came of the one before
+            if status is None:
+                keyed.retry(i, messages[n:])
+                return
+            self._send_one(i, status, message.qos, message.payload, message, again=True)
+
+    def _send_one(self, i: int, status: GroupStatus, qos: QoS, payload: bytes, keyed: KeyedMessage | None = None,
+                  again: bool = False) -> None:
+        """Hand one message (``keyed``: under its key) to process ``i`` (whose membership ``status`` describes) and
+        tell the checker what it will have to deliver."""
         proc = self.cluster.procs[i]
         assert proc is not None
         first = status.next_seq
+        key = keyed.key if keyed is not None else None
         try:
-            seq = proc.send(GROUP, payload, qos, self.clock.now)
+            seq = proc.send(GROUP, payload, qos, self.clock.now, key=key)
         except MessageTooLarge:  # unreliable messages must fit one packet: --size says more
             self.refused += 1
             return
         assert seq is not None
+        if key is not None:
+            qos = keyed_qos(qos)  # the QoS the group delivers it with
         if qos.level != Level.UNRELIABLE and seq > first:
             # Fragmented: the pieces before the last deliver nothing; unordered ones travel source ordered.
             qos = QoS(Level.SOURCE) if qos.level == Level.UNORDERED else qos
             for piece in range(first, seq):
                 self.checker.on_send(SentMessage(proc.pid, piece, qos, ()))
-        self.checker.on_send(SentMessage(proc.pid, seq, qos, payload))
+        self.checker.on_send(SentMessage(proc.pid, seq, qos, payload, (key,) if key is not None else ()))
         if qos.level != Level.UNRELIABLE:
-            self.sent.append(Sent(proc.pid, seq, (proc.pid, status.started_at), self.clock.now))
+            self.sent.append(Sent(proc.pid, seq, (proc.pid, status.started_at), self.clock.now, key))
+        if keyed is not None and self.keyed is not None:
+            self.keyed.sent(keyed, seq, again)
         self.drain(i)
 
     # --------------------------------------------------------------------------------------------------------------

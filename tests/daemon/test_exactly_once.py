@@ -5,6 +5,7 @@ key exactly once.  Real daemons on loopback."""
 
 from __future__ import annotations
 
+import base64
 import json
 import signal
 import subprocess
@@ -155,13 +156,13 @@ async def test_post_returns_each_messages_identity_and_undelivered_names_them(da
     wait_for(lambda: all(len(d.members(group)) == 2 for d in (a, b)), 30, "a view of two")
     async with rmpd.connect(b.socket) as client:
         handle = await client.join(group)
-        assert await handle.post(b"plain") == 1
-        assert await handle.post(b"keyed", key=b"k-0") == b"k-0"
-        assert await handle.post(b"plain") == 3
+        posted: dict[bytes | int, bytes] = {}
+        for payload, key, ident in ((b"plain-1", None, 1), (b"keyed", b"k-0", b"k-0"), (b"plain-3", None, 3)):
+            assert await handle.post(payload, key=key) == ident
+            posted[ident] = payload
         await handle.flush()
         # The other member stops: b alone is below its minimum, and what it posts meanwhile is not delivered here.
         a.proc.send_signal(signal.SIGSTOP)
-        posted: dict[bytes | int, bytes] = {}
         delivered: set[bytes | int] = set()
         undelivered: list[rmpd.Undelivered] = []
         refused: list[bytes | int] = []
@@ -406,3 +407,23 @@ async def test_an_embedded_node_delivers_a_key_once_and_tells_its_program_alread
         with pytest.raises(rmpd.RmpdError) as refused:
             await group.send(b"x", qos=rmpd.QoS.SOURCE, key=b"k2")
         assert refused.value.code == localapi.BAD_KEY
+
+
+def test_rmp_listen_json_shows_a_key_as_text_or_as_base64(daemons, tmp_path) -> None:
+    d = daemons()
+    group = unique("listen-keys")
+    out = tmp_path / "listen.jsonl"
+    listener = start_listener(d, group, out)
+    try:
+        for prefix in (b"run1", b"caf\xe9"):  # the second is not UTF-8: its key is shown as key_b64
+            sent = subprocess.run([RMP.encode(), b"--socket", bytes(d.socket), b"send", group.encode(), b"x",
+                                   b"--key-prefix", prefix], capture_output=True, timeout=60)
+            assert sent.returncode == 0, sent.stderr.decode(errors="replace")
+        d.rmp("send", group, "end")
+        wait_for(lambda: any(r.get("payload") == "end" for r in listened(out)), 30, "the marker")
+    finally:
+        listener.terminate()
+    rows = listened(out)
+    assert rows[0]["key"] == "run1:1" and "key_b64" not in rows[0]
+    assert base64.b64decode(rows[1]["key_b64"]) == b"caf\xe9:1" and "key" not in rows[1]
+    assert "key" not in rows[2] and "key_b64" not in rows[2]

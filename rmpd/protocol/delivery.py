@@ -84,25 +84,18 @@ class Deliverer:
                           view: ViewId) -> tuple[tuple[bytes, ...], tuple[bytes, ...], list[bytes]]:
         """The keyed messages of ``packet`` (at ``ts``) whose keys the group has not delivered: (messages, their
         keys, the keys left out).  The sender's process is told of each copy left out."""
-        keys_table = self.keys
-        kept: list[bytes] = []
-        kept_keys: list[bytes] = []
-        repeated: list[bytes] = []
-        own = packet.src == self.pid
-        for message, key in zip(messages, body.keys, strict=True):
-            first = keys_table.first_delivery(key, ts, view, body.stamp)
-            if first is None:
-                kept.append(message)
-                kept_keys.append(key)
-                continue
-            repeated.append(key)
-            self.stats["keys_repeated"] += 1
-            if own:
-                self.outbox.event(AlreadyDelivered(self.group, packet.src, packet.seq, key, first.ts, first.view))
-        keys_table.advance(body.stamp)
+        repeated = self.keys.deliver(body.keys, ts, view, body.stamp)
         if not repeated:
-            return messages, body.keys, repeated
-        return tuple(kept), tuple(kept_keys), repeated
+            return messages, body.keys, []
+        self.stats["keys_repeated"] += len(repeated)
+        if packet.src == self.pid:
+            for index, first in repeated:
+                self.outbox.event(AlreadyDelivered(self.group, packet.src, packet.seq, body.keys[index], first.ts,
+                                                   first.view))
+        left_out = {index for index, _ in repeated}
+        kept = [i for i in range(len(messages)) if i not in left_out]
+        return (tuple(messages[i] for i in kept), tuple(body.keys[i] for i in kept),
+                [body.keys[index] for index, _ in repeated])
 
     def _keyed_delivered_before(self, slot: Slot) -> Data | None:
         """The keyed packet at ``slot`` if this process delivered it already, in an earlier membership of the group
@@ -119,9 +112,7 @@ class Deliverer:
         assert type(body) is Keyed
         if ts is None or (isinstance(body.body, Fragment) and body.body.more):
             return
-        for key in body.keys:
-            self.keys.first_delivery(key, ts, self.views.current.view_id, body.stamp)
-        self.keys.advance(body.stamp)
+        self.keys.deliver(body.keys, ts, self.views.current.view_id, body.stamp)
         self.stats["keys_delivered_before"] += 1
 
     def _hand_keys_to_joiners(self, before: View, now: float) -> None:

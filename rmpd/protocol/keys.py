@@ -21,7 +21,8 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Iterator
-from dataclasses import dataclass
+from itertools import repeat
+from typing import NamedTuple
 
 import msgpack
 
@@ -37,9 +38,9 @@ PIECE_SIZE = 4096
 _MAX_PIECES = 1 << 16
 
 
-@dataclass(frozen=True, slots=True)
-class KeyRecord:
-    """Where a key was delivered: the timestamp and view of its place in the order, and its packet's stamp."""
+class KeyRecord(NamedTuple):
+    """Where a key was delivered: the timestamp and view of its place in the order, and its packet's stamp (one
+    record shared by the keys of one packet)."""
 
     ts: int
     view: ViewId
@@ -82,15 +83,26 @@ class KeyTable:
         if self.wait.deadline is None:
             self.wait.deadline = now + patience
 
-    def first_delivery(self, key: bytes, ts: int, view: ViewId, stamp: int) -> KeyRecord | None:
-        """Where ``key`` was delivered already (the copy at ``ts`` is not delivered), or None: it is delivered now,
-        at ``ts``, and kept."""
-        record = self.entries.get(key)
-        if record is not None:
-            return record
-        self.entries[key] = KeyRecord(ts, view, stamp)
-        self.order.append(key)
-        return None
+    def deliver(self, keys: tuple[bytes, ...], ts: int, view: ViewId, stamp: int) -> list[tuple[int, KeyRecord]]:
+        """The keyed messages of the packet at ``ts`` are delivered, but for the copies returned: (index, where the
+        group delivered that key first), for keys kept already or repeated earlier in the packet.  The others are
+        kept from now on, and the group's time moves to ``stamp``."""
+        entries, order = self.entries, self.order
+        place = KeyRecord(ts, view, stamp)
+        repeated: list[tuple[int, KeyRecord]] = []
+        if entries.keys().isdisjoint(keys) and (len(keys) == 1 or len(set(keys)) == len(keys)):
+            entries.update(zip(keys, repeat(place)))  # the common case, at C speed: every key new
+            order.extend(keys)
+        else:
+            for index, key in enumerate(keys):
+                earlier = entries.get(key)
+                if earlier is not None:
+                    repeated.append((index, earlier))
+                    continue
+                entries[key] = place
+                order.append(key)
+        self.advance(stamp)
+        return repeated
 
     def advance(self, stamp: int) -> None:
         """A keyed packet was delivered: the group's time moves to its stamp (if later), and what is past the

@@ -92,6 +92,19 @@ def test_violation_exits_1_and_prints_a_replay_that_reproduces_it(monkeypatch: p
     assert last_json(again.stdout)["failures"][0] == failure
 
 
+def test_keys_flag_counts_keys_and_is_kept_in_the_replay() -> None:
+    """With --keys the summary says how many keys were sent and delivered (every one, once), and a failure's replay
+    command runs keyed again."""
+    result = cli_runner.invoke(app, ["sim", "--members", "3", "--messages", "30", "--loss", "0.1", "--qos", "mixed",
+                                     "--keys", "--seeds", "2", "--workers", "1", "--json"])
+    assert result.exit_code == 0, result.output
+    summary = last_json(result.stdout)
+    assert summary["violations"] == 0 and summary["failures"] == []
+    assert 0 < summary["keys_delivered"] == summary["keys_sent"] < 2 * 3 * 30
+    assert "keys delivered / keys sent" in result.stderr
+    assert runner.SimConfig(members=3, keys=True).replay_command(4).endswith("--keys --seed 4")
+
+
 def test_journal_flag_writes_one_directory_per_seed(tmp_path: Path) -> None:
     result = cli_runner.invoke(app, ["sim", "--members", "2", "--messages", "5", "--seeds", "2", "--workers", "1",
                                      "--journal", str(tmp_path)])

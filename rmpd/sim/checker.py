@@ -4,8 +4,8 @@ The simulator sees all processes at once, on one clock, so it can check what no 
 order per view, that each token acceptance really held every packet ordered so far, that a K-resilient message was
 held by K members at the moment anyone delivered it, and that members moving through the same two views delivered
 the same messages in between; with keyed messages, ``exactly-once`` (exactly_once.py).  Invariant names match
-``rmp audit``.  It is told what processes do as typed
-observations (observations.py), read from their journal records and events.
+``rmp audit``.  It is told what processes do as typed observations (observations.py), read from their journal
+records and events.
 
 Processes are named by ``node`` keys that include an incarnation (``ip:port#n``), so a crashed and restarted
 process, which comes back as a new member, is checked as a new process.

@@ -14,6 +14,7 @@ from rich.console import Console
 
 from .client import client_main
 from .cluster import GROUP, Options
+from .keyed import keyed_client_main
 from .report import summary
 from .run import Interrupted, run
 
@@ -38,15 +39,20 @@ def main(
     master: Annotated[str, typer.Option(help="Spark master for rmp audit.")] = "local[2]",
     as_json: Annotated[bool, typer.Option("--json", help="One JSON object on stdout (the table goes to "
                                                          "stderr).")] = False,
+    exactly_once: Annotated[bool, typer.Option("--exactly-once", help="Keyed messages, each sent again until "
+                                               "confirmed, min partition majority unless given; no fault that "
+                                               "stops every host at once.")] = False,
 ) -> None:
     """Run the nemesis once; exit 0 when the hosts end in one view, nothing was lost without a report and the
     audit is clean."""
     if os.geteuid() != 0:
         Console(stderr=True).print("nemesis: network namespaces need root")
         raise typer.Exit(2)
+    if exactly_once and min_partition is None:
+        min_partition = "majority"  # each key delivered at most once holds with a majority (or all) minimum
     options = Options(hosts=hosts, seconds=seconds, seed=seed, loss=loss, rate=rate, workdir=workdir,
                       config=config, min_partition=min_partition, converge_timeout=converge_timeout, drain=drain,
-                      audit=not no_audit, master=master)
+                      audit=not no_audit, master=master, exactly_once=exactly_once)
     errors = Console(stderr=True)
     try:
         report = run(options, errors)
@@ -72,9 +78,10 @@ def client(
     group: Annotated[str, typer.Option()] = GROUP,
     rate: Annotated[float, typer.Option()] = 10.0,
     drain: Annotated[float, typer.Option()] = 30.0,
+    exactly_once: Annotated[bool, typer.Option("--exactly-once")] = False,
 ) -> None:
     """One host's client (run inside its namespace by the nemesis)."""
-    trio.run(client_main, host, socket, group, rate, out, drain)
+    trio.run(keyed_client_main if exactly_once else client_main, host, socket, group, rate, out, drain)
 
 
 if __name__ == "__main__":

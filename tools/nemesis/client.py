@@ -115,7 +115,7 @@ async def _one_connection(stream: Stream, socket_path: Path, group_name: str, ra
                 log.write(e="up", conn=conn)
                 stream.down = False
             pid = str((await client.status())["pid"])
-            while not await _member(client, group_name, pid):
+            while not await member_of(client, group_name, pid):
                 if stream.settled.is_set():
                     return
                 await trio.sleep(0.2)
@@ -154,7 +154,7 @@ async def _one_connection(stream: Stream, socket_path: Path, group_name: str, ra
             stream.check_settled()
 
 
-async def _member(client: Any, group_name: str, pid: str) -> bool:
+async def member_of(client: Any, group_name: str, pid: str) -> bool:
     status = await client.status()
     return any(g["group"] == group_name and g["view"] and not g["joining"] and pid in g["members"]
                for g in status["groups"])

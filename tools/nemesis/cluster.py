@@ -41,6 +41,8 @@ class Options:
     drain: float = 30.0
     audit: bool = True
     master: str = "local[2]"
+    exactly_once: bool = False
+    """Keyed clients that send every message until confirmed (``keyed``), and no fault that stops the group."""
     prefix: str = field(default_factory=lambda: f"rmpn{os.getpid() % 1000}x")
 
 
@@ -112,7 +114,7 @@ class Cluster:
                 ["ip", "netns", "exec", f"{self.options.prefix}{host}", sys.executable, "-m", "tools.nemesis",
                  "client", "--host", str(host), "--socket", str(self.socket(host)), "--group", GROUP,
                  "--rate", str(self.options.rate), "--out", str(self.client_log(host)),
-                 "--drain", str(self.options.drain)],
+                 "--drain", str(self.options.drain), *(["--exactly-once"] if self.options.exactly_once else [])],
                 stdout=err, stderr=subprocess.STDOUT, cwd=ROOT)
             err.close()
 

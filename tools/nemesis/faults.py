@@ -27,10 +27,14 @@ class FaultRecord:
     fault broke the view (a partition or loss burst shorter than ``fail_after`` often does not)."""
 
 
-async def run_faults(cluster: Cluster, monitor: Monitor, faults: list[Fault], say: Any) -> tuple[list[FaultRecord],
-                                                                                                float, float]:
+async def run_faults(cluster: Cluster, monitor: Monitor, faults: list[Fault], say: Any, *,
+                     settle: float = 0.0) -> tuple[list[FaultRecord], float, float]:
     """Inject ``faults``, each after its gap of base loss counted from the previous one's heal; the records, the
-    moment the faults began, and the moment of the last heal (trio clock)."""
+    moment the faults began, and the moment of the last heal (trio clock).
+
+    ``settle`` > 0: a fault also waits (up to that many seconds) until the hosts were seen in one view of all of
+    them after the previous heal, so one fault never lands on a group still short of the host the previous one
+    took away (two kills in a row on 3 hosts would leave one member below a majority, and the group would stop)."""
     options = cluster.options
     t0 = trio.current_time()
     records: list[FaultRecord] = []
@@ -38,6 +42,13 @@ async def run_faults(cluster: Cluster, monitor: Monitor, faults: list[Fault], sa
     for fault in faults:
         gap = fault.at - previous_end
         await trio.sleep(gap)
+        if settle > 0 and records:
+            waited = trio.current_time()
+            if await monitor.wait_one_view(t0 + records[-1].healed, settle) is None:
+                say(f"{trio.current_time() - t0:6.1f}s  no one view within {settle:.0f} s: the next fault goes anyway")
+            elif trio.current_time() - waited > 0.5:
+                say(f"{trio.current_time() - t0:6.1f}s  one view again after {trio.current_time() - waited:.1f} s "
+                    f"more than the gap")
         began = trio.current_time()
         if records:
             last = records[-1]

@@ -15,6 +15,10 @@ RESTART_ALL = "restart-all"
 KINDS = (KILL, PARTITION_ONE, PARTITION_SPLIT, PARTITION_ALL, LOSS_BURST, RESTART_ALL)
 WEIGHTS = {KILL: 3, PARTITION_ONE: 2, PARTITION_SPLIT: 2, PARTITION_ALL: 1, LOSS_BURST: 2}
 """How often each repeated kind is drawn; the restart of every host happens exactly once per run."""
+WHOLE_GROUP = (PARTITION_ALL, RESTART_ALL)
+"""The kinds that stop every member at once under a majority minimum partition (every host killed, or every host
+alone below the majority): the group's life ends there, and with it what the group keeps only while it lives (the
+key table of exactly-once sends, docs/protocol.md "Exactly once: keys")."""
 
 GAP = (4.0, 8.0)
 """Seconds of plain (base) loss between two faults: long enough for the group to heal under the base loss in most
@@ -54,13 +58,15 @@ class Fault:
         return f"partition {list(self.hosts)} | {rest} for {self.hold:.1f} s"
 
 
-def plan(seed: int, hosts: int, seconds: float) -> list[Fault]:
+def plan(seed: int, hosts: int, seconds: float, *, whole_group: bool = True) -> list[Fault]:
     """The faults of one run, one after another with a gap of base loss between them, drawn from ``seed`` alone.
 
     The last fault ends exactly at ``seconds`` (where the final heal happens), so every run measures convergence
-    after a real fault, and the restart of every host falls once in the middle third."""
+    after a real fault, and the restart of every host falls once in the middle third.  ``whole_group=False``
+    leaves out the kinds that end the group's life (``WHOLE_GROUP``): a run that judges what the group promises
+    while it lives."""
     rng = random.Random(seed)
-    kinds = [k for k in WEIGHTS if hosts >= 3 or k != PARTITION_SPLIT]
+    kinds = [k for k in WEIGHTS if (hosts >= 3 or k != PARTITION_SPLIT) and (whole_group or k not in WHOLE_GROUP)]
     faults: list[Fault] = []
     cursor = 0.0
     while True:
@@ -73,14 +79,19 @@ def plan(seed: int, hosts: int, seconds: float) -> list[Fault]:
         cursor += gap + hold
     if not faults:
         return [Fault(KILL, max(0.0, seconds - 2.0), min(2.0, seconds), (1,))]
+    if whole_group:
+        _restart_all_once(rng, faults, hosts, seconds)
+    last = faults[-1]
+    faults[-1] = Fault(last.kind, seconds - last.hold, last.hold, last.hosts)
+    return faults
+
+
+def _restart_all_once(rng: random.Random, faults: list[Fault], hosts: int, seconds: float) -> None:
     # The restart of all hosts replaces one fault in the middle third (or the middle one).
     middle = [i for i, f in enumerate(faults) if seconds / 3 <= f.at <= 2 * seconds / 3] or [len(faults) // 2]
     index = rng.choice(middle)
     old = faults[index]
     faults[index] = Fault(RESTART_ALL, old.at, min(old.hold, PAUSE[1]), tuple(range(1, hosts + 1)))
-    last = faults[-1]
-    faults[-1] = Fault(last.kind, seconds - last.hold, last.hold, last.hosts)
-    return faults
 
 
 def _victims(rng: random.Random, kind: str, hosts: int) -> tuple[int, ...]:

@@ -43,8 +43,59 @@ def build(options: Options, result: dict[str, Any], messages: dict[str, Any], ve
         "load_average": {"before": [round(x, 2) for x in load_before], "after": [round(x, 2) for x in load_after],
                          "cores": os.cpu_count()},
     }
-    report["ok"] = bool(one_view and messages["lost_unreported"] == 0 and verdict["ok"] is not False)
+    if messages.get("exactly_once"):
+        report["exactly_once"] = True
+        report["min_partition"] = options.min_partition
+        accounted = messages["keys_lost"] == 0 and messages["keys_delivered_twice"] == 0
+    else:
+        accounted = messages["lost_unreported"] == 0
+    report["ok"] = bool(one_view and accounted and verdict["ok"] is not False)
     return report
+
+
+def _message_rows(messages: dict[str, Any]) -> list[tuple[str, str]]:
+    """Each message's outcome (one message, one send)."""
+    return [
+        ("messages sent (seq returned)", str(messages["sent"])),
+        ("  delivered to the sender", str(messages["delivered"])),
+        ("  reported: Undelivered", str(messages["reported_undelivered"])),
+        ("  reported: connection lost", str(messages["connection_lost"])),
+        ("  lost without a report", str(messages["lost_unreported"])),
+        ("sends refused (raised) / unanswered", f"{messages['refused']} / {messages['unanswered']}"),
+        ("delivery to the sender p50 / p99", f"{messages['delivery_seconds_p50']} s / "
+                                             f"{messages['delivery_seconds_p99']} s"),
+        ("duplicates / seq mismatches", f"{messages['duplicates']} / {messages['seq_mismatches']}"),
+    ]
+
+
+def _key_rows(messages: dict[str, Any]) -> list[tuple[str, str]]:
+    """Each key's outcome (--exactly-once: a key sent until confirmed)."""
+    journals = "" if messages["journals_read"] else " (journals not read)"
+    return [
+        ("keys sent (a send returned a seq)", f"{messages['keys_sent']} (copies {messages['copies_sent']}, "
+                                              f"{messages['copies_resent']} sent again)"),
+        ("  confirmed: own delivery / AlreadyDelivered", f"{messages['keys_confirmed']}: "
+                                                         f"{messages['confirmed_by_delivery']} / "
+                                                         f"{messages['confirmed_by_already_delivered']}"),
+        ("  not confirmed at the end", str(messages["keys_unconfirmed"])),
+        ("  lost (delivered nowhere)", f"{messages['keys_lost']}{journals}"),
+        ("  delivered twice anywhere", f"{messages['keys_delivered_twice']} (client logs "
+                                       f"{messages['twice_in_client_logs']}, journals "
+                                       f"{messages['twice_in_journals']})"),
+        ("keys made, never sent", str(messages["keys_not_sent"])),
+        ("sends refused (raised) / unanswered", f"{messages['refused']} / {messages['unanswered']}"),
+        ("confirmation p50 / p99 (from the first send)", f"{messages['confirm_seconds_p50']} s / "
+                                                          f"{messages['confirm_seconds_p99']} s"),
+    ]
+
+
+def _audit_text(verdict: dict[str, Any]) -> str:
+    if verdict["ok"] is None:
+        return "not run"
+    if not verdict["ok"]:
+        return f"VIOLATED {verdict.get('violations') or ''} (exit {verdict['exit']})"
+    once = verdict.get("exactly_once")
+    return "clean" if once is None else f"clean (exactly-once over {once['judged']})"
 
 
 def summary(report: dict[str, Any]) -> Table:
@@ -56,8 +107,6 @@ def summary(report: dict[str, Any]) -> Table:
     table.add_column("value")
     convergence = report["convergence_seconds"]
     between = report["recovery_between_faults"]
-    audit_text = ("not run" if verdict["ok"] is None else "clean" if verdict["ok"] else
-                  f"VIOLATED {verdict.get('violations') or ''} (exit {verdict['exit']})")
     rows = [
         ("faults", ", ".join(f"{k} x{v}" for k, v in sorted(report["faults"].items()))),
         ("one view of all hosts", "yes" if report["one_view"] else "NO"),
@@ -71,16 +120,8 @@ def summary(report: dict[str, Any]) -> Table:
         ("  of those that broke the view", f"{between['split_recovered']} of {between['split']}"
                                            + (f", p50 {between['split_p50']:.2f} s, max {between['split_max']:.2f} s"
                                               if between["split_recovered"] else "")),
-        ("messages sent (seq returned)", str(messages["sent"])),
-        ("  delivered to the sender", str(messages["delivered"])),
-        ("  reported: Undelivered", str(messages["reported_undelivered"])),
-        ("  reported: connection lost", str(messages["connection_lost"])),
-        ("  lost without a report", str(messages["lost_unreported"])),
-        ("sends refused (raised) / unanswered", f"{messages['refused']} / {messages['unanswered']}"),
-        ("delivery to the sender p50 / p99", f"{messages['delivery_seconds_p50']} s / "
-                                             f"{messages['delivery_seconds_p99']} s"),
-        ("duplicates / seq mismatches", f"{messages['duplicates']} / {messages['seq_mismatches']}"),
-        ("audit", audit_text),
+        *(_key_rows(messages) if messages.get("exactly_once") else _message_rows(messages)),
+        ("audit", _audit_text(verdict)),
         ("load average (1 min) before / after", f"{report['load_average']['before'][0]} / "
                                                 f"{report['load_average']['after'][0]} on "
                                                 f"{report['load_average']['cores']} cores"),

@@ -14,9 +14,13 @@ or restart), lets the clients drain, stops the daemons, audits every journal wit
 
 The per-host client is ``client.py`` (``python -m tools.nemesis client ...``, run inside its namespace):
 its log of what each send returned and what the group delivered is all the report's message counts come from.
+With ``--exactly-once`` it is ``keyed.py``: every message has a key of its own and is sent again until the group
+confirms it, and ``tally_keys`` counts what became of every key (the journals say whether a key was delivered
+anywhere).
 
 The modules, one part each: ``plan`` (the schedule from the seed), ``cluster`` (the hosts, their daemons and
-clients), ``client`` (the per-host client), ``monitor`` (every host's view, polled), ``faults`` (the schedule done
-to the cluster), ``run`` (one whole run), ``tally`` (every message's outcome), ``report`` (the report and its
-table) and ``__main__`` (the command lines).
+clients), ``client`` (the per-host client), ``keyed`` (the per-host client of ``--exactly-once``), ``monitor``
+(every host's view, polled), ``faults`` (the schedule done to the cluster), ``run`` (one whole run), ``tally``
+(every message's outcome), ``tally_keys`` (every key's outcome), ``report`` (the report and its table) and
+``__main__`` (the command lines).
 """

@@ -36,7 +36,9 @@ def check_journals(directory: Path, group: str) -> tuple[InvariantChecker, list[
             key = (rec["src"], rec["seq"], rec["qos"] != "unreliable")
             if key not in announced:
                 announced.add(key)
-                checker.on_send(SentMessage(rec["src"], rec["seq"], QoS.parse(rec["qos"]), b""))
+                keys = tuple(bytes.fromhex(key) for key in rec.get("keys", ()))
+                payload = tuple(b"" for _ in keys) if len(keys) > 1 else b""
+                checker.on_send(SentMessage(rec["src"], rec["seq"], QoS.parse(rec["qos"]), payload, keys))
     for rec in sorted(records, key=lambda r: r["wall"]):
         observation = from_record(rec["node"], rec)
         if observation is not None:

@@ -2,7 +2,8 @@
 
 Each keyed message stays the application's to settle until its own process delivers the key or is told the group
 had delivered it already (``AlreadyDelivered``): both mean it is done.  A copy reported undelivered
-(``UndeliveredSends``), or in flight when its process crashed, is sent again, with the same key and payload, from
+(``UndeliveredSends``), not delivered when its membership ended (``Left``), or in flight when its process crashed, is
+sent again, with the same key and payload, from
 the slot's application once its process (a new incarnation after a crash) is back in a view.  The group, not the
 application, keeps the key from being delivered twice, so resending whatever is not known to be done is safe.
 """
@@ -12,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from ..protocol.events import AlreadyDelivered, Delivered, UndeliveredSends
+from ..protocol.events import AlreadyDelivered, Delivered, Left, UndeliveredSends
 from ..protocol.qos import QoS
 from .schedule import AppResend, Timeline
 
@@ -83,6 +84,11 @@ class KeyedSends:
             elif isinstance(event, UndeliveredSends):
                 carried = self.carried[slot]
                 self._resend(slot, [key for seq in event.seqs for key in carried.pop(seq, ())])
+            elif isinstance(event, Left):
+                # The membership ended: what it carried and did not deliver here is the application's to send again,
+                # also what was ordered and not delivered here (the engine's UndeliveredSends names only what was
+                # not ordered; the daemon and the node report the rest too, as runtime.adapter.OwnMessages does).
+                self.process_lost(slot)
 
     def process_lost(self, slot: int) -> None:
         """The slot's process crashed: every copy it carried is to be sent again by the next one."""

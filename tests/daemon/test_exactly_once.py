@@ -32,10 +32,11 @@ def quick(daemons: Callable[..., Daemon], tmp_path: Path, name: str, **kwargs: o
     return daemons(name, config=config, **kwargs)
 
 
-def group_of_three(daemons: Callable[..., Daemon], tmp_path: Path, group: str) -> list[Daemon]:
+def group_of_three(daemons: Callable[..., Daemon], tmp_path: Path, group: str,
+                   min_partition: str = "1") -> list[Daemon]:
     """Three daemons that keep ``group`` (``rmp join``: a daemon restarted rejoins it by itself)."""
     members = [quick(daemons, tmp_path, name) for name in ("a", "b", "c")]
-    members[0].rmp("join", group)
+    members[0].rmp("join", group, "--min-partition", min_partition)
     wait_for(lambda: members[0].members(group) == [members[0].pid], 20, "a in a view of its own")
     for d in members[1:]:
         d.rmp("join", group, "--existing-only")
@@ -262,7 +263,8 @@ def restart(daemons: Callable[..., Daemon], tmp_path: Path, victim: Daemon) -> D
 class Resender:
     """The program the README describes: it sends every message with its key, and sends again each one it has
     not seen delivered (its Delivery, or AlreadyDelivered) whenever it may have been lost: named by Undelivered,
-    or unconfirmed when the connection to its daemon was lost (it reconnects first)."""
+    or unconfirmed when the connection to its daemon was lost (it reconnects first).  A send refused while its
+    daemon rejoins the group is made again after the next view."""
 
     socket: Path
     group: str
@@ -272,6 +274,12 @@ class Resender:
     seen: list[list[bytes]] = field(default_factory=list)
     """The keys delivered at the sender's daemon, per connection (its restarted process too)."""
     connections: int = 0
+    undelivered: int = 0
+    """Messages named by Undelivered events."""
+    already: int = 0
+    """Messages told AlreadyDelivered."""
+    views: int = 0
+    new_view: trio.Event = field(default_factory=trio.Event)
 
     def key(self, n: int) -> bytes:
         return b"order-%d" % n
@@ -300,23 +308,42 @@ class Resender:
                         seen.append(event.key)
                         self.unconfirmed.pop(event.key, None)
                     elif isinstance(event, rmpd.AlreadyDelivered):
+                        self.already += 1
                         self.unconfirmed.pop(event.key, None)
                     elif isinstance(event, rmpd.Undelivered):
+                        self.undelivered += len(event.ids)
                         for key in event.ids:
                             again.send_nowait(key)  # type: ignore[arg-type]
+                    elif isinstance(event, rmpd.ViewChange):
+                        self.views += 1
+                        self.new_view.set()
+                        self.new_view = trio.Event()
 
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(watch)
                 for key in list(self.unconfirmed):  # everything not seen delivered, in order
-                    if key in self.unconfirmed:
-                        await handle.send(self.unconfirmed[key], key=key)
-                        self.accepted += 1
+                    await self.send(handle, key)
+                    self.accepted += 1
                 while self.unconfirmed:
-                    with trio.move_on_after(0.5):
+                    key: bytes | None = None
+                    with trio.move_on_after(0.5):  # then looks again whether everything is confirmed
                         key = await to_resend.receive()
-                        if key in self.unconfirmed:
-                            await handle.send(self.unconfirmed[key], key=key)
+                    if key is not None:
+                        await self.send(handle, key)
                 nursery.cancel_scope.cancel()
+
+    async def send(self, group: rmpd.Group, key: bytes) -> None:
+        """Send the message of ``key`` unless it is confirmed; refused while the daemon rejoins, again once the
+        view that follows is in (it comes after the refusal)."""
+        while key in self.unconfirmed:
+            waited = self.new_view
+            try:
+                await group.send(self.unconfirmed[key], key=key)
+                return
+            except rmpd.RmpdError as exc:
+                if exc.code != "not-member":
+                    raise
+            await waited.wait()
 
 
 def leaves(group: BaseExceptionGroup) -> list[BaseException]:
@@ -427,3 +454,38 @@ def test_rmp_listen_json_shows_a_key_as_text_or_as_base64(daemons, tmp_path) -> 
     assert rows[0]["key"] == "run1:1" and "key_b64" not in rows[0]
     assert base64.b64decode(rows[1]["key_b64"]) == b"caf\xe9:1" and "key" not in rows[1]
     assert "key" not in rows[2] and "key_b64" not in rows[2]
+
+
+async def test_a_sender_cut_off_in_the_minority_resends_after_the_heal_and_each_key_is_delivered_once(
+        daemons, tmp_path) -> None:
+    """The other two members stop (SIGSTOP): the sender's daemon alone is below the majority, its messages not
+    ordered are reported Undelivered (some of them reached the others, which deliver them when they run again), and
+    its sends are refused until it is back in a view with them: resending every one delivers each key once."""
+    group = unique("minority")
+    a, b, c = group_of_three(daemons, tmp_path, group, min_partition="majority")
+    total = 300
+    sender = Resender(c.socket, group, total)
+    with trio.fail_after(60):
+        async with rmpd.connect(a.socket) as at_a, rmpd.connect(b.socket) as at_b:
+            listeners = [Listener(await at_a.join(group)), Listener(await at_b.join(group))]
+
+            async def cut_and_heal() -> None:
+                while sender.accepted < total // 3:
+                    await trio.sleep(0.01)  # polls the program's progress; the protocol is not waited for
+                for d in (a, b):
+                    d.proc.send_signal(signal.SIGSTOP)
+                try:
+                    while not sender.undelivered:
+                        await trio.sleep(0.05)
+                finally:
+                    for d in (a, b):
+                        d.proc.send_signal(signal.SIGCONT)
+
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(cut_and_heal)
+                nursery.start_soon(sender.run)
+            await mark_end(listeners, listeners[0].group)
+    assert sender.undelivered > 0
+    for listener in listeners:
+        assert sorted(listener.keys) == sorted(sender.key(n) for n in range(total))
+    assert listeners[0].keys == listeners[1].keys

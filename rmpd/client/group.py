@@ -311,8 +311,9 @@ class Group:
     """A joined group: send to it, iterate its deliveries and view changes, inspect and lock, leave.
 
     Iterating also yields :class:`Undelivered` (messages this program sent that it will not see delivered: the
-    membership ended first) and :class:`Rejoining` (the membership ended by itself and the process joins again;
-    the Group goes on with the next ViewChange).  A backend makes one with the group's inbox, which it feeds."""
+    membership ended first), :class:`AlreadyDelivered` (a keyed message of this program's that the group dropped,
+    having delivered its key already) and :class:`Rejoining` (the membership ended by itself and the process joins
+    again; the Group goes on with the next ViewChange).  A backend makes one with the group's inbox, which it feeds."""
 
     def __init__(self, backend: Backend, inbox: GroupInbox) -> None:
         self._backend = backend

@@ -23,7 +23,8 @@ from typing import Generic, TypeVar
 
 import trio
 
-from rmpd.protocol.qos import QoS
+from rmpd.localapi import MAX_KEY
+from rmpd.protocol.qos import Level, QoS
 from rmpd.protocol.view import LIBRARY_HANDLER
 
 from .backend import Backend
@@ -549,6 +550,8 @@ class Group:
 
 def _checked_key(key: bytes, qos: QoS) -> bytes:
     """``key`` as bytes, or RmpdError ``bad-key`` (TypeError for a key that is no bytes)."""
+    if type(key) is bytes and 0 < len(key) <= MAX_KEY and qos.level >= Level.TOTAL:
+        return key  # the common case, checked inline: a streaming sender passes here for every message
     if not isinstance(key, bytes | bytearray | memoryview):
         raise TypeError("key must be bytes")
     key = bytes(key)

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Iterator
-from itertools import repeat
+from itertools import groupby, repeat
 from typing import NamedTuple
 
 import msgpack
@@ -56,9 +56,9 @@ class KeyTable:
         self.retention_ms = retention_ms
         self.entries: dict[bytes, KeyRecord] = {}
         """Key -> where it was delivered."""
-        self.order: deque[bytes] = deque()
-        """The keys in ``entries``, oldest delivered first: forgotten from the left (a dict would scan the holes
-        its deletions leave at the front each time its oldest entry is asked for)."""
+        self.order: deque[tuple[KeyRecord, tuple[bytes, ...]]] = deque()
+        """The keys in ``entries`` by the packet that delivered them, oldest first: forgotten a packet at a time
+        from the left, at C speed (a dict emptied from its front would also scan the holes left there)."""
         self.clock = 0
         """The highest stamp delivered (ms): the group's time for retention, the same at every member."""
         self.awaiting = awaiting
@@ -92,15 +92,18 @@ class KeyTable:
         repeated: list[tuple[int, KeyRecord]] = []
         if entries.keys().isdisjoint(keys) and (len(keys) == 1 or len(set(keys)) == len(keys)):
             entries.update(zip(keys, repeat(place)))  # the common case, at C speed: every key new
-            order.extend(keys)
+            order.append((place, keys))
         else:
+            kept: list[bytes] = []
             for index, key in enumerate(keys):
                 earlier = entries.get(key)
                 if earlier is not None:
                     repeated.append((index, earlier))
                     continue
                 entries[key] = place
-                order.append(key)
+                kept.append(key)
+            if kept:
+                order.append((place, tuple(kept)))
         self.advance(stamp)
         return repeated
 
@@ -111,8 +114,8 @@ class KeyTable:
             self.clock = stamp
         entries, order = self.entries, self.order
         horizon = self.clock - self.retention_ms
-        while order and (len(order) > self.retention_count or entries[order[0]].stamp < horizon):
-            del entries[order.popleft()]
+        while order and (len(entries) > self.retention_count or order[0][0].stamp < horizon):
+            deque(map(entries.__delitem__, order.popleft()[1]), maxlen=0)
 
     # ------------------------------------------------------------------------------------------------------------
     # Transfer to joiners
@@ -178,14 +181,13 @@ class KeyTable:
         if len(entries) != len(rows):
             return False  # a key twice: not a table any member keeps
         self.entries = entries
-        self.order = deque(entries)
+        self.order = deque((place, tuple(keys)) for place, keys in groupby(entries, key=entries.__getitem__))
         self.clock = int(clock)
         return True
 
     def __iter__(self) -> Iterator[tuple[bytes, KeyRecord]]:
         """(key, where it was delivered), oldest first."""
-        entries = self.entries
-        return ((key, entries[key]) for key in self.order)
+        return ((key, place) for place, keys in self.order for key in keys)
 
     def __len__(self) -> int:
         return len(self.entries)

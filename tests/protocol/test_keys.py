@@ -206,30 +206,42 @@ def test_a_joiner_whose_table_never_comes_joins_again_and_takes_it_then() -> Non
     assert [t.key for t in net.of_type(2, AlreadyDelivered)] == [b"order-2"]
 
 
-@settings(max_examples=200, deadline=None)
-@given(st.lists(st.tuples(st.sampled_from([b"a", b"b", b"c", b"d", b"e", b"f"]), st.integers(0, 5000)),
-                max_size=60), st.integers(1, 4), st.integers(100, 3000))
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.lists(st.sampled_from([b"a", b"b", b"c", b"d", b"e", b"f"]), min_size=1, max_size=3),
+                          st.integers(0, 5000)), max_size=40), st.integers(1, 5), st.integers(100, 3000))
 def test_the_table_keeps_what_a_plain_model_keeps_and_hands_it_over_whole(
-        deliveries: list[tuple[bytes, int]], count: int, retention_ms: int) -> None:
-    """The table decides like the rule it states (kept: delivered, not among the ``count`` newest or past the
-    retention in the group's time: forgotten), and a joiner that takes its pieces holds the same table."""
+        packets: list[tuple[list[bytes], int]], count: int, retention_ms: int) -> None:
+    """The table decides like the rule it states (a packet's keys: each kept unless kept already or earlier in the
+    packet; forgotten a packet at a time, oldest first, while more than ``count`` are kept or the packet is past the
+    retention in the group's time), and a joiner that takes its pieces holds the same table."""
     table = KeyTable(count, retention_ms)
     view = ViewId("10.0.0.1:7000", 1)
-    model: list[tuple[bytes, int]] = []  # (key, stamp) kept, oldest first
+    model: list[tuple[list[bytes], int]] = []  # per packet: (its keys kept, stamp), oldest first
     clock = 0
-    for ts, (key, stamp) in enumerate(deliveries, 1):
-        repeated = any(k == key for k, _ in model)
-        assert bool(table.deliver((key,), ts, view, stamp)) == repeated
-        if not repeated:
-            model.append((key, stamp))
+    for ts, (keys, stamp) in enumerate(packets, 1):
+        kept_now = {k for group, _ in model for k in group}
+        new: list[bytes] = []
+        expected_repeats = []
+        for index, key in enumerate(keys):
+            if key in kept_now or key in new:
+                expected_repeats.append(index)
+            else:
+                new.append(key)
+        assert [index for index, _ in table.deliver(tuple(keys), ts, view, stamp)] == expected_repeats
+        if new:
+            model.append((new, stamp))
         clock = max(clock, stamp)
-        while model and (len(model) > count or model[0][1] < clock - retention_ms):
+        while model and (sum(len(g) for g, _ in model) > count or model[0][1] < clock - retention_ms):
             model.pop(0)
-        assert [(k, r.stamp) for k, r in table] == model
+        assert [(k, r.stamp) for k, r in table] == [(k, stamp) for group, stamp in model for k in group]
     joiner = KeyTable(count, retention_ms, awaiting=ViewId("10.0.0.2:7000", 9))
     assert not joiner.take_pieces("10.0.0.1:7000", tuple(table.pieces_for(ViewId("10.0.0.3:7000", 9))))
     assert joiner.take_pieces("10.0.0.1:7000", tuple(reversed(table.pieces_for(ViewId("10.0.0.2:7000", 9)))))
     assert list(joiner) == list(table) and joiner.clock == table.clock and joiner.ready
+    # The joiner forgets as the table does from here on.
+    for ts, (keys, stamp) in enumerate(packets, 100):
+        assert table.deliver(tuple(keys), ts, view, stamp) == joiner.deliver(tuple(keys), ts, view, stamp)
+        assert list(joiner) == list(table)
 
 
 def test_a_table_larger_than_a_piece_arrives_in_pieces_and_hostile_pieces_are_counted() -> None:

@@ -202,4 +202,4 @@ class StatusGathered:
 
 
 Event = (Delivered | ViewInstalled | SendRefused | LockResult | Left | UndeliveredSends | JoinFailed | CallToAnswer
-         | CallAnswered | StatusAsked | StatusGathered)
+         | CallAnswered | StatusAsked | StatusGathered | AlreadyDelivered)

@@ -253,10 +253,11 @@ def test_rmp_send_with_a_key_prefix_run_twice_delivers_each_line_once_at_every_m
 
 
 def restart(daemons: Callable[..., Daemon], tmp_path: Path, victim: Daemon) -> Daemon:
-    """Kill ``victim`` with -9 and start it again with the same config and state directory."""
+    """Kill ``victim`` with -9 and start it again with the same config, state directory and process ID (the
+    state directory's record of the groups joined with ``rmp join`` is the process's: it rejoins them)."""
     victim.proc.send_signal(signal.SIGKILL)
     victim.proc.wait(10)
-    return quick(daemons, tmp_path, victim.name)
+    return quick(daemons, tmp_path, victim.name, port=int(victim.pid.rsplit(":", 1)[1]))
 
 
 @dataclass

@@ -8,9 +8,12 @@ is judged per group, and view IDs are global); verdicts are then read back per g
 
 from __future__ import annotations
 
+import hashlib
 import json
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 from pyspark.sql import SparkSession
@@ -18,7 +21,9 @@ from pyspark.sql import SparkSession
 from rmpd.audit.job import run_audit
 from rmpd.audit.report import AuditReport
 from rmpd.audit.schema import INVARIANTS
+from rmpd.protocol.config import EngineConfig
 from rmpd.protocol.engine import GroupEngine
+from rmpd.protocol.qos import QoS
 from rmpd.sim.runner import SeedResult, SimConfig, run_seed
 from tests.sim import broken
 
@@ -49,6 +54,48 @@ BROKEN: tuple[tuple[type[GroupEngine], SimConfig], ...] = (
 BROKEN_SEEDS = range(1, 5)
 """Four seeds per broken engine, plus clean-engine seeds below, make the fifty runs of the differential test."""
 DIFF_CLEAN: tuple[tuple[SimConfig, range], ...] = ((CLEAN, range(201, 211)), (MEMBERSHIP, range(201, 209)))
+
+
+class SendsKeyedAndResends(GroupEngine):
+    """Keys every totally ordered (and above) application message (the simulator's key, or one of its own), and
+    sends every third keyed batch again at once under the same keys, as a program resending after a fault would:
+    the group must drop the copies.  (The simulator's checker does not know of these copies.)"""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.keyed_batches = 0
+
+    def send_batch(self, payloads: Sequence[bytes], qos: QoS, now: float, handler: int | None = None,
+                   keys: Sequence[bytes] | None = None) -> list[int] | None:
+        if handler is not None or not qos.ordered:
+            return super().send_batch(payloads, qos, now, handler, keys)
+        keys = keys or [hashlib.sha256(p).digest()[:8] for p in payloads]
+        self.keyed_batches += 1
+        seqs = super().send_batch(payloads, qos, now, handler, keys)
+        if self.keyed_batches % 3 == 0:
+            super().send_batch(payloads, qos, now, handler, keys)
+        return seqs
+
+
+class ForgetsKeys(SendsKeyedAndResends):
+    """Keeps no key it delivers (a retention of none), so every copy sent again is delivered again, as a resend
+    after the retention window would be."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        kwargs["config"] = replace(kwargs.get("config") or EngineConfig(), key_retention_count=0)
+        super().__init__(**kwargs)
+
+
+KEYED_RESTARTS = SimConfig(members=4, senders=3, messages=20, loss=0.1, restarts=1, qos="mixed", keys=True)
+"""``rmp sim --keys`` with a restart: the applications resend what was in flight, as programs would."""
+KEYED: tuple[tuple[type[GroupEngine], SimConfig, range], ...] = (
+    (GroupEngine, KEYED_RESTARTS, range(1, 3)),
+    (SendsKeyedAndResends, replace(CLEAN, keys=True), range(1, 3)),
+    (SendsKeyedAndResends, replace(MEMBERSHIP, keys=True), range(1, 2)),
+    (ForgetsKeys, replace(CLEAN, keys=True), range(1, 2)),
+)
+"""Keyed runs: the simulator's own resends, copies sent again at once (joins, leaves and locks too), and copies
+sent again to an engine that keeps no keys."""
 
 
 @dataclass(frozen=True)
@@ -95,6 +142,7 @@ class Audited:
     clean: list[Run]
     membership: list[Run]
     differential: list[Run]
+    keyed: list[Run]
 
     def violated(self, group: str) -> set[str]:
         return {r.name for r in self.report.results for e in r.examples if e["group"] == group}
@@ -109,8 +157,10 @@ def audited(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> Au
     differential = [
         simulate(root, f"{engine.__name__}-{s}", config, s, engine) for engine, config in BROKEN for s in BROKEN_SEEDS
     ] + [simulate(root, f"diff-{i}-{s}", config, s) for i, (config, seeds) in enumerate(DIFF_CLEAN) for s in seeds]
+    keyed = [simulate(root, f"keyed-{i}-{engine.__name__}-{s}", config, s, engine)
+             for i, (engine, config, seeds) in enumerate(KEYED) for s in seeds]
     report = run_audit(spark, [str(root)], examples=1_000_000)
-    return Audited(report, clean, membership, differential)
+    return Audited(report, clean, membership, differential, keyed)
 
 
 def test_every_violation_is_seen_with_its_group(audited: Audited) -> None:
@@ -160,6 +210,20 @@ def test_audit_and_checker_agree(audited: Audited) -> None:
     caught = {name for run in runs for name in run.checker_violated() & set(SHARED)}
     assert caught == set(SHARED), "every shared invariant should be broken by some run"
     assert any(not run.checker_violated() for run in runs), "clean runs belong in the comparison"
+
+
+def test_keyed_runs_deliver_each_key_once_and_forgetting_keys_is_caught(audited: Audited) -> None:
+    """The real engine with resent keyed messages: the audit finds every key delivered once (and the checker agrees
+    on the simulator's own resends); an engine that keeps no keys delivers the copies too, which only
+    ``exactly-once`` names."""
+    for run in audited.keyed:
+        expected = {"exactly-once"} if run.engine is ForgetsKeys else set()
+        assert audited.violated(run.group) == expected, run.group
+        if run.engine is GroupEngine:
+            assert run.checker_violated() == set(), (run.group, run.result.violations)
+    (result,) = [r for r in audited.report.results if r.name == "exactly-once"]
+    assert result.checked > 0 and result.note is not None and not result.note.startswith("0 ")
+    assert sum(run.result.keys_resent for run in audited.keyed if run.engine is GroupEngine) > 0
 
 
 def test_shared_names_are_audit_invariants() -> None:

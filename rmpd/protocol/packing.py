@@ -44,6 +44,8 @@ class Queued:
     """One key per message of a packet of keyed messages (which packs only keyed messages); None: no keys."""
     stamp: int = 0
     """For keyed messages: the sender's clock in ms when the packet was started (``Keyed.stamp``)."""
+    key_bytes: int = 0
+    """What the keys take on the wire (each key and its PART_OVERHEAD), counted against the packet limit."""
 
     def packs(self, qos: QoS, handler: int | None, keyed: bool = False) -> bool:
         """Messages of ``qos`` for ``handler`` (``keyed`` or not) may join this packet (room permitting): it is
@@ -58,7 +60,7 @@ class Queued:
         key), and needs no fragments; returns the index of the first one left.  One loop for a batch, not method
         calls per message: the sending daemon packs every message it is handed."""
         parts = self.parts
-        used = self.size + PART_OVERHEAD * len(parts)
+        used = self.size + PART_OVERHEAD * len(parts) + self.key_bytes
         end = start
         for payload in itertools.islice(payloads, start, None):
             size = len(payload)
@@ -72,8 +74,8 @@ class Queued:
         if keys is not None:
             assert self.keys is not None
             self.keys.extend(keys[start:end])
-            used -= sum(len(key) + PART_OVERHEAD for key in keys[start:end])
-        self.size = used - PART_OVERHEAD * len(parts)
+            self.key_bytes += sum(len(key) + PART_OVERHEAD for key in keys[start:end])
+        self.size = used - PART_OVERHEAD * len(parts) - self.key_bytes
         return end
 
     def packet(self, view: ViewId, src: ProcessId) -> Data:

@@ -18,7 +18,7 @@ from .context import GroupContext
 from .flow import CongestionControl, DelaySample, RttEstimator, make_congestion_control
 from .ids import ProcessId, ViewId
 from .packets import Data, Relayed
-from .packing import Queued
+from .packing import PART_OVERHEAD, Queued
 from .qos import Level, QoS
 from .timers import Backoff
 
@@ -83,7 +83,8 @@ class Sender:
                     i = end
                     continue
             queue.append(Queued(self.next_seq, qos, handler, [payload], len(payload),
-                                keys=None if keys is None else [keys[i]], stamp=stamp))
+                                keys=None if keys is None else [keys[i]], stamp=stamp,
+                                key_bytes=0 if keys is None else len(keys[i]) + PART_OVERHEAD))
             seqs.append(self.next_seq)
             self.next_seq += 1
             i += 1

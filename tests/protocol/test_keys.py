@@ -257,3 +257,15 @@ def test_a_table_larger_than_a_piece_arrives_in_pieces_and_hostile_pieces_are_co
     assert joiner.refused == 2 and not joiner.ready
     assert joiner.take_pieces("10.0.0.1:7000", (pieces[-1],))
     assert len(joiner) == 2000 and joiner.deliver((b"order-7", b"new"), 9999, view, 0) == [(0, KeyRecord(7, view, 7))]
+
+
+def test_keyed_messages_packed_over_many_batches_keep_each_packet_within_its_limit() -> None:
+    """A packet that already holds keyed messages counts their keys when later batches pack into it."""
+    net = group_of(2, EngineConfig(journal=True, max_packet=16384, min_packet=16384, initial_window=1024))
+    sizes = []
+    net.drop = lambda src, dst, p: sizes.append(len(encode(p))) or False
+    for batch in range(200):
+        send(net, 0, [b"p" * 20] * 10, [b"key-%06d-%06d" % (batch, n) for n in range(10)])
+    net.advance(2.0)
+    assert len(net.deliveries(1)) == 2000
+    assert max(sizes) <= 16384 + 512

@@ -90,9 +90,18 @@ class KeyTable:
         entries, order = self.entries, self.order
         place = KeyRecord(ts, view, stamp)
         repeated: list[tuple[int, KeyRecord]] = []
-        if entries.keys().isdisjoint(keys) and (len(keys) == 1 or len(set(keys)) == len(keys)):
+        before = len(entries)
+        if entries.keys().isdisjoint(keys):
             entries.update(zip(keys, repeat(place)))  # the common case, at C speed: every key new
-            order.append((place, keys))
+            if len(entries) - before == len(keys):
+                order.append((place, keys))
+            else:  # a key twice in the packet: its later copies are repeats of the first
+                first: dict[bytes, None] = {}
+                for index, key in enumerate(keys):
+                    if key in first:
+                        repeated.append((index, place))
+                    first[key] = None
+                order.append((place, tuple(first)))
         else:
             kept: list[bytes] = []
             for index, key in enumerate(keys):

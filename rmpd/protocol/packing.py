@@ -74,7 +74,7 @@ class Queued:
         if keys is not None:
             assert self.keys is not None
             self.keys.extend(keys[start:end])
-            self.key_bytes += sum(len(key) + PART_OVERHEAD for key in keys[start:end])
+            self.key_bytes += sum(map(len, keys[start:end])) + PART_OVERHEAD * (end - start)
         self.size = used - PART_OVERHEAD * len(parts) - self.key_bytes
         return end
 

@@ -333,31 +333,13 @@ class OwnMessages(Generic[S]):
                 entries.append((sender, ident))
 
     def delivered(self, group: str, seq: int, qos: QoS, keys: Sequence[bytes] | None = None) -> None:
-        """An own packet was delivered here (called only for own deliveries: the caller checks the source), with
-        ``keys`` when it is keyed: a keyed message whose key is not among them was dropped as a copy, and stays
-        until the group says so (:meth:`already_delivered`)."""
+        """An own packet was delivered here (called only for own deliveries: the caller checks the source): every
+        message of it still kept is done.  For a keyed packet the engine tells each copy it left out
+        (:meth:`already_delivered`) before the packet's delivery, so what is still kept is what was delivered;
+        ``keys`` is not needed to tell them apart."""
         table = self.groups.get(group)
-        if not table or qos.level == Level.UNRELIABLE:
-            return
-        if keys is None:
+        if table and qos.level != Level.UNRELIABLE:
             table.pop(seq, None)
-            return
-        entries = table.get(seq)
-        if entries is None:
-            return
-        delivered = Counter(keys)
-        left = []
-        for entry in entries:
-            ident = entry[1]
-            if type(ident) is bytes:
-                if delivered[ident] > 0:
-                    delivered[ident] -= 1
-                    continue
-                left.append(entry)
-        if left:
-            table[seq] = left
-        else:
-            del table[seq]
 
     def already_delivered(self, group: str, seq: int, key: bytes) -> S | None:
         """The group dropped the keyed message ``key`` of packet ``seq``: it had delivered the key already.  Its

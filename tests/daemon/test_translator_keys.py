@@ -81,14 +81,15 @@ def test_a_dropped_copy_is_told_to_its_sender_only_and_owed_to_nobody(hub: Trans
     assert hub.stats["already_delivered"] == 1
 
 
-def test_a_packet_delivered_without_a_copy_keeps_the_copy_until_the_group_says_what_became_of_it() -> None:
+def test_the_copies_a_packet_left_out_go_to_their_senders_and_its_delivery_settles_the_rest() -> None:
+    """The engine tells each copy it left out of an own packet (AlreadyDelivered) before the packet's delivery."""
     own: OwnMessages[str] = OwnMessages()
     own.sent("g", [4, 4, 4], QoS.TOTAL, "c1", [b"k1", b"k2", b"k1"])  # packed into one packet, k1 twice
     own.sent("g", [4], QoS.TOTAL, "c2", [b"k3"])
-    own.delivered("g", 4, QoS.TOTAL, (b"k1", b"k2"))  # the second k1 and k3 were dropped as copies
-    assert own.held("g") == 1
-    assert own.already_delivered("g", 4, b"k3") == "c2"
+    assert own.already_delivered("g", 4, b"k3") == "c2"  # the second k1 and k3 were dropped as copies
     assert own.already_delivered("g", 4, b"k1") == "c1"
+    assert own.held("g") == 1
+    own.delivered("g", 4, QoS.TOTAL, (b"k1", b"k2"))
     assert own.held("g") == 0 and own.already_delivered("g", 4, b"k1") is None
     own.sent("g", [5, 5], QoS.TOTAL, "c1", [1, 2])
     own.sent("g", [6], QoS.TOTAL, "c1", [b"k9"])

@@ -74,6 +74,10 @@ def test_a_packed_batch_keeps_the_first_copy_of_each_key() -> None:
     for i in range(2):
         assert keyed(net, i) == [(b"a", b"a1"), (b"b", b"b1"), (b"c", b"c1")]
     assert [t.key for t in net.of_type(0, AlreadyDelivered)] == [b"a"]
+    # The sender is told of the copy left out before the packet's delivery, so what it still holds of the packet
+    # when the delivery comes is what was delivered (runtime.adapter.OwnMessages relies on it).
+    kinds = [type(e) for e in net.events[net.pids[0]] if isinstance(e, AlreadyDelivered | Delivered)]
+    assert kinds == [AlreadyDelivered, Delivered]
 
 
 def test_a_large_keyed_message_travels_as_fragments_and_is_kept_once() -> None:

@@ -1,7 +1,8 @@
 """Exactly once (README, "Exactly once"): a keyed message is delivered at most once in the group's one order, at
 every member, however often it is sent; the sender hears either its Delivery or AlreadyDelivered, and resending
 whatever it has not heard of (after Undelivered, a lost connection, its daemon killed and restarted) delivers each
-key exactly once.  Real daemons on loopback."""
+key exactly once.  Real daemons on loopback.  A sender cut off into the minority by a real partition:
+test_exactly_once_partition.py (namespace hosts, where the majority goes on without it)."""
 
 from __future__ import annotations
 
@@ -456,37 +457,3 @@ def test_rmp_listen_json_shows_a_key_as_text_or_as_base64(daemons, tmp_path) -> 
     assert base64.b64decode(rows[1]["key_b64"]) == b"caf\xe9:1" and "key" not in rows[1]
     assert "key" not in rows[2] and "key_b64" not in rows[2]
 
-
-async def test_a_sender_cut_off_in_the_minority_resends_after_the_heal_and_each_key_is_delivered_once(
-        daemons, tmp_path) -> None:
-    """The other two members stop (SIGSTOP): the sender's daemon alone is below the majority, its messages not
-    ordered are reported Undelivered (some of them reached the others, which deliver them when they run again), and
-    its sends are refused until it is back in a view with them: resending every one delivers each key once."""
-    group = unique("minority")
-    a, b, c = group_of_three(daemons, tmp_path, group, min_partition="majority")
-    total = 300
-    sender = Resender(c.socket, group, total)
-    with trio.fail_after(60):
-        async with rmpd.connect(a.socket) as at_a, rmpd.connect(b.socket) as at_b:
-            listeners = [Listener(await at_a.join(group)), Listener(await at_b.join(group))]
-
-            async def cut_and_heal() -> None:
-                while sender.accepted < total // 3:
-                    await trio.sleep(0.01)  # polls the program's progress; the protocol is not waited for
-                for d in (a, b):
-                    d.proc.send_signal(signal.SIGSTOP)
-                try:
-                    while not sender.undelivered:
-                        await trio.sleep(0.05)
-                finally:
-                    for d in (a, b):
-                        d.proc.send_signal(signal.SIGCONT)
-
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(cut_and_heal)
-                nursery.start_soon(sender.run)
-            await mark_end(listeners, listeners[0].group)
-    assert sender.undelivered > 0
-    for listener in listeners:
-        assert sorted(listener.keys) == sorted(sender.key(n) for n in range(total))
-    assert listeners[0].keys == listeners[1].keys

@@ -119,12 +119,26 @@ class Deliverer:
         """A New List of a group that carried keyed messages was delivered: if it admitted processes, the first
         member that was in the view before sends them the key table as it stands here (rmpd.protocol.keys)."""
         view = self.views.app
-        if view.view_id == before.view_id or not self.keys.ready:
+        if view.view_id == before.view_id:
             return
         stayed = [member for member in view.members if member in before]
-        if stayed and stayed[0] == self.pid and len(stayed) < len(view.members):
+        if not (stayed and stayed[0] == self.pid and len(stayed) < len(view.members)):
+            return
+        if self.keys.ready:
             self.stats["key_tables_sent"] += 1
             self.send_keys(self.keys.pieces_for(view.view_id), now)
+        else:
+            # This member joined lately and waits for the table itself.  It delivered no keyed message since it
+            # was admitted (it would be waiting there), so the table it is about to receive is the table of this
+            # New List's place too: it sends it on once it holds it (send_owed_tables).
+            self.keys.owed.append(view.view_id)
+
+    def send_owed_tables(self, now: float) -> None:
+        """This member now holds the table: send it to the joiners it owes it to (:meth:`_hand_keys_to_joiners`)."""
+        for view_id in self.keys.owed:
+            self.stats["key_tables_sent"] += 1
+            self.send_keys(self.keys.pieces_for(view_id), now)
+        self.keys.owed.clear()
 
     def source_chain(self, src: ProcessId, now: float) -> None:
         """Deliver source-ordered packets from ``src`` whose predecessors are all delivered."""

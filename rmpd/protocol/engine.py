@@ -423,6 +423,7 @@ class GroupEngine(PacketIntake, MembershipEnding, ReformationSide):
             messages = packet.payload if type(packet.payload) is tuple else (packet.payload,)
             if all(type(message) is bytes for message in messages) and self.keys.take_pieces(packet.src, messages):
                 self.stats["key_tables_taken"] += 1
+                self.deliverer.send_owed_tables(now)
         if gap:
             self.repair.maybe_gap(packet.src)
         rule = DELIVERY_RULES[level]

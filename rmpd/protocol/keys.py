@@ -69,6 +69,9 @@ class KeyTable:
         self.wait = Deadline()
         """Armed when this joiner first holds back a keyed delivery for the table: if the table is not in by then
         (the member sending it failed), the membership ends and the process joins again (``wait_from``)."""
+        self.owed: list[ViewId] = []
+        """Views whose joiners this member is to send the table once it holds it (it was the member to send it
+        when their New List was delivered, and waited for the table itself)."""
         self._pieces: dict[ProcessId, dict[int, bytes]] = {}
         self.refused = 0
         """Pieces of a table that were not well formed or not for this joiner (counted, dropped)."""

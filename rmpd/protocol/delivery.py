@@ -98,10 +98,10 @@ class Deliverer:
                 [body.keys[index] for index, _ in repeated])
 
     def _keyed_delivered_before(self, slot: Slot) -> Data | None:
-        """The keyed packet at ``slot`` if this process delivered it already, in an earlier membership of the group
-        (``DeliveredBefore``), and it is ordered again here: not delivered twice, but its keys must count here as
-        they do at every member that delivers it now, or the members' tables would differ."""
-        if slot.kind is not SlotKind.DATA or not self.keys.in_use or slot.key is None:
+        """The keyed packet at ``slot`` (of a group that carries keys) if this process delivered it already, in an
+        earlier membership of the group (``DeliveredBefore``), and it is ordered again here: not delivered twice,
+        but its keys must count here as they do at every member that delivers it now, or the tables would differ."""
+        if slot.kind is not SlotKind.DATA or slot.key is None:
             return None
         packet = self.ordering.data.get(slot.key)
         return packet if packet is not None and type(packet.payload) is Keyed else None
@@ -151,7 +151,8 @@ class Deliverer:
         ordering = self.ordering
         while (step := ordering.next_in_total_order(self.holdings, self.views.current)) is not None:
             slot, packet, holders, need = step
-            done = self._keyed_delivered_before(slot) if packet is None else None
+            # (A group that never carried a key pays one attribute read per slot for this.)
+            done = self._keyed_delivered_before(slot) if packet is None and self.keys.in_use else None
             if not self.keys.ready and (done is not None or (packet is not None and type(packet.payload) is Keyed)):
                 # A joiner decides no keyed delivery before it holds the group's table (on_data takes it).
                 self.keys.wait_from(now, 2 * self.config.fail_after)

@@ -7,8 +7,9 @@ from __future__ import annotations
 import json
 import signal
 import time
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, Protocol, TextIO
 
 import trio
 
@@ -64,6 +65,32 @@ class Stream:
             self.settled.set()
 
 
+class Settling(Protocol):
+    """A client's messages: made until ``stop``, ``settled`` once each has an outcome (``check_settled``)."""
+
+    stop: trio.Event
+    settled: trio.Event
+
+    def check_settled(self) -> None: ...
+
+
+async def stop_on_signal(signals: AsyncIterator[int], nursery: trio.Nursery, state: Settling, drain: float,
+                         log_stop: Callable[[], None]) -> None:
+    """At SIGTERM or SIGINT the client makes no new message (``log_stop`` says so once) and settles when every
+    message has its outcome, or after ``drain`` seconds at the latest."""
+    async for _ in signals:
+        if not state.stop.is_set():
+            log_stop()
+            state.stop.set()
+            state.check_settled()
+            nursery.start_soon(_settle_after, state, drain)
+
+
+async def _settle_after(state: Settling, drain: float) -> None:
+    await trio.sleep(drain)
+    state.settled.set()
+
+
 async def client_main(host: int, socket_path: Path, group_name: str, rate: float, out: Path,
                       drain: float) -> None:
     """Stream messages into the group at ``rate`` per second until SIGTERM, across daemon restarts; then wait up
@@ -76,19 +103,8 @@ async def client_main(host: int, socket_path: Path, group_name: str, rate: float
     with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
         async with trio.open_nursery() as nursery:
 
-            async def on_signal() -> None:
-                async for _ in signals:
-                    if not stream.stop.is_set():
-                        log.write(e="stop", waiting=len(stream.waiting))
-                        stream.stop.set()
-                        stream.check_settled()
-                        nursery.start_soon(deadline)
-
-            async def deadline() -> None:
-                await trio.sleep(drain)
-                stream.settled.set()
-
-            nursery.start_soon(on_signal)
+            nursery.start_soon(stop_on_signal, signals, nursery, stream, drain,
+                               lambda: log.write(e="stop", waiting=len(stream.waiting)))
             while not stream.settled.is_set():
                 await _one_connection(stream, socket_path, group_name, rate)
                 if not stream.settled.is_set():

@@ -16,7 +16,7 @@ from typing import Any
 
 import trio
 
-from .client import ClientLog, member_of
+from .client import ClientLog, member_of, stop_on_signal
 
 RECONNECT_EVERY = 0.2
 """Seconds between attempts to reach a daemon that is not there (restarting)."""
@@ -91,18 +91,6 @@ async def keyed_client_main(host: int, socket_path: Path, group_name: str, rate:
     with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
         async with trio.open_nursery() as nursery:
 
-            async def on_signal() -> None:
-                async for _ in signals:
-                    if not keys.stop.is_set():
-                        log.write(e="stop", unconfirmed=len(keys.unconfirmed))
-                        keys.stop.set()
-                        keys.check_settled()
-                        nursery.start_soon(deadline)
-
-            async def deadline() -> None:
-                await trio.sleep(drain)
-                keys.settled.set()
-
             async def make_keys() -> None:
                 interval, due = 1.0 / rate, trio.current_time()
                 while not keys.stop.is_set():
@@ -110,7 +98,8 @@ async def keyed_client_main(host: int, socket_path: Path, group_name: str, rate:
                     due = max(due + interval, trio.current_time())
                     await trio.sleep_until(due)
 
-            nursery.start_soon(on_signal)
+            nursery.start_soon(stop_on_signal, signals, nursery, keys, drain,
+                               lambda: log.write(e="stop", unconfirmed=len(keys.unconfirmed)))
             nursery.start_soon(make_keys)
             while not keys.settled.is_set():
                 await _one_connection(keys, socket_path, group_name)

@@ -54,11 +54,17 @@ class KeyTable:
         """``awaiting``: this process joined into that view and has no table until it receives the group's."""
         self.retention_count = retention_count
         self.retention_ms = retention_ms
-        self.entries: dict[bytes, KeyRecord] = {}
-        """Key -> where it was delivered."""
+        self.entries: set[bytes] = set()
+        """The keys kept: one set operation per key delivered and one per key forgotten, at C speed.  Where each
+        was delivered is in ``order``, looked up only for a copy left out (``_places``)."""
         self.order: deque[tuple[KeyRecord, tuple[bytes, ...]]] = deque()
         """The keys in ``entries`` by the packet that delivered them, oldest first: forgotten a packet at a time
-        from the left, at C speed (a dict emptied from its front would also scan the holes left there)."""
+        from the left."""
+        self._index: dict[bytes, KeyRecord] | None = None
+        """Key -> where it was delivered, built when a copy is left out and kept up while copies keep coming (a
+        program resending after a fault resends many); dropped once the table has turned over without one."""
+        self._since_repeat = 0
+        """Keys kept since the last copy left out (``_index`` is dropped when this passes the table's size)."""
         self.clock = 0
         """The highest stamp delivered (ms): the group's time for retention, the same at every member."""
         self.awaiting = awaiting
@@ -90,44 +96,59 @@ class KeyTable:
         """The keyed messages of the packet at ``ts`` are delivered, but for the copies returned: (index, where the
         group delivered that key first), for keys kept already or repeated earlier in the packet.  The others are
         kept from now on, and the group's time moves to ``stamp``."""
-        entries, order = self.entries, self.order
+        entries, index = self.entries, self._index
         place = KeyRecord(ts, view, stamp)
         repeated: list[tuple[int, KeyRecord]] = []
         before = len(entries)
-        if entries.keys().isdisjoint(keys):
-            entries.update(zip(keys, repeat(place)))  # the common case, at C speed: every key new
-            if len(entries) - before == len(keys):
-                order.append((place, keys))
-            else:  # a key twice in the packet: its later copies are repeats of the first
-                first: dict[bytes, None] = {}
-                for index, key in enumerate(keys):
-                    if key in first:
-                        repeated.append((index, place))
-                    first[key] = None
-                order.append((place, tuple(first)))
+        entries.update(keys)
+        added = len(entries) - before
+        if added == len(keys):  # the common case, one set operation: every key new
+            self.order.append((place, keys))
+            if index is not None:
+                self._since_repeat += added
+                if self._since_repeat > len(entries):
+                    self._index = None  # the table turned over without a copy left out
+                else:
+                    index.update(zip(keys, repeat(place)))
         else:
-            kept: list[bytes] = []
-            for index, key in enumerate(keys):
-                earlier = entries.get(key)
-                if earlier is not None:
-                    repeated.append((index, earlier))
-                    continue
-                entries[key] = place
-                kept.append(key)
-            if kept:
-                order.append((place, tuple(kept)))
+            # Some keys were kept before (``entries`` already held them: the update added only the others) or come
+            # twice in this packet.  Each is a copy left out, told where its key was delivered first.
+            earlier = self._places()
+            first: dict[bytes, None] = {}
+            for number, key in enumerate(keys):
+                was = earlier.get(key)
+                if was is not None:
+                    repeated.append((number, was))
+                elif key in first:
+                    repeated.append((number, place))
+                else:
+                    first[key] = None
+            if first:
+                kept = tuple(first)
+                self.order.append((place, kept))
+                earlier.update(zip(kept, repeat(place)))
+            self._since_repeat = 0
         self.advance(stamp)
         return repeated
+
+    def _places(self) -> dict[bytes, KeyRecord]:
+        """Key -> where it was delivered, for every key kept (built from ``order`` when first needed)."""
+        if self._index is None:
+            self._index = {key: place for place, keys in self.order for key in keys}
+        return self._index
 
     def advance(self, stamp: int) -> None:
         """A keyed packet was delivered: the group's time moves to its stamp (if later), and what is past the
         retention, by count or by time, is forgotten, oldest first."""
         if stamp > self.clock:
             self.clock = stamp
-        entries, order = self.entries, self.order
+        entries, order, index = self.entries, self.order, self._index
         horizon = self.clock - self.retention_ms
         while order and (len(entries) > self.retention_count or order[0][0].stamp < horizon):
-            deque(map(entries.__delitem__, order.popleft()[1]), maxlen=0)
+            forgotten = order.popleft()[1]
+            entries.difference_update(forgotten)
+            if index is not None:
+                deque(map(index.__delitem__, forgotten), maxlen=0)
 
     # ------------------------------------------------------------------------------------------------------------
     # Transfer to joiners
@@ -192,8 +213,9 @@ class KeyTable:
             return False
         if len(entries) != len(rows):
             return False  # a key twice: not a table any member keeps
-        self.entries = entries
+        self.entries = set(entries)
         self.order = deque((place, tuple(keys)) for place, keys in groupby(entries, key=entries.__getitem__))
+        self._index = None
         self.clock = int(clock)
         return True
 

@@ -216,28 +216,32 @@ def test_a_joiner_whose_table_never_comes_joins_again_and_takes_it_then() -> Non
 def test_the_table_keeps_what_a_plain_model_keeps_and_hands_it_over_whole(
         packets: list[tuple[list[bytes], int]], count: int, retention_ms: int) -> None:
     """The table decides like the rule it states (a packet's keys: each kept unless kept already or earlier in the
-    packet; forgotten a packet at a time, oldest first, while more than ``count`` are kept or the packet is past the
-    retention in the group's time), and a joiner that takes its pieces holds the same table."""
+    packet, and a copy left out told where its key was delivered first; forgotten a packet at a time, oldest first,
+    while more than ``count`` are kept or the packet is past the retention in the group's time), and a joiner that
+    takes its pieces holds the same table."""
     table = KeyTable(count, retention_ms)
     view = ViewId("10.0.0.1:7000", 1)
-    model: list[tuple[list[bytes], int]] = []  # per packet: (its keys kept, stamp), oldest first
+    model: list[tuple[list[bytes], int, int]] = []  # per packet: (its keys kept, ts, stamp), oldest first
     clock = 0
     for ts, (keys, stamp) in enumerate(packets, 1):
-        kept_now = {k for group, _ in model for k in group}
+        kept_now = {k: at for group, at, _ in model for k in group}
         new: list[bytes] = []
         expected_repeats = []
         for index, key in enumerate(keys):
-            if key in kept_now or key in new:
-                expected_repeats.append(index)
+            if key in kept_now:
+                expected_repeats.append((index, kept_now[key]))
+            elif key in new:
+                expected_repeats.append((index, ts))
             else:
                 new.append(key)
-        assert [index for index, _ in table.deliver(tuple(keys), ts, view, stamp)] == expected_repeats
+        assert [(index, first.ts) for index, first in table.deliver(tuple(keys), ts, view, stamp)] == expected_repeats
         if new:
-            model.append((new, stamp))
+            model.append((new, ts, stamp))
         clock = max(clock, stamp)
-        while model and (sum(len(g) for g, _ in model) > count or model[0][1] < clock - retention_ms):
+        while model and (sum(len(g) for g, _, _ in model) > count or model[0][2] < clock - retention_ms):
             model.pop(0)
-        assert [(k, r.stamp) for k, r in table] == [(k, stamp) for group, stamp in model for k in group]
+        assert [(k, r.stamp) for k, r in table] == [(k, stamp) for group, _, stamp in model for k in group]
+        assert len(table) == sum(len(g) for g, _, _ in model)
     joiner = KeyTable(count, retention_ms, awaiting=ViewId("10.0.0.2:7000", 9))
     assert not joiner.take_pieces("10.0.0.1:7000", tuple(table.pieces_for(ViewId("10.0.0.3:7000", 9))))
     assert joiner.take_pieces("10.0.0.1:7000", tuple(reversed(table.pieces_for(ViewId("10.0.0.2:7000", 9)))))

@@ -23,6 +23,7 @@ import msgpack
 import trio
 
 from rmpd.protocol.events import Delivered
+from rmpd.protocol.fieldkinds import MAX_KEY, well_formed_keys
 from rmpd.protocol.limits import BadArgument, check_call_handler, check_handler, check_lock
 from rmpd.protocol.qos import Level, QoS
 from rmpd.protocol.reformation import MIN_PARTITION_ALL, MIN_PARTITION_MAJORITY
@@ -236,8 +237,6 @@ def check_group_name(name: str) -> None:
 MAX_BATCH = 4096
 """Messages one send_batch request may carry."""
 MAX_CALL_TIMEOUT = 3600.0
-MAX_KEY = 255
-"""Bytes a message key holds at most (the engine's ``rmpd.protocol.keys.MAX_KEY``)."""
 
 
 def check_key(key: bytes, qos: QoS) -> None:
@@ -388,10 +387,14 @@ def _check_keys(values: dict[str, Any]) -> None:
     keys = [values["key"]] if "key" in values else values.get("keys")
     if keys is None:
         return
-    if "keys" in values and (len(keys) != len(values["payloads"]) or not all(type(k) is bytes for k in keys)):
+    if "keys" in values and len(keys) != len(values["payloads"]):
         raise RequestError(BAD_REQUEST, "keys must be a list of byte strings, one per payload")
     qos = values.get("qos", QoS.TOTAL)
-    try:
+    if well_formed_keys(keys) and qos.level >= Level.TOTAL:
+        return  # the common case, checked for a whole batch at once
+    if "keys" in values and set(map(type, keys)) != {bytes}:
+        raise RequestError(BAD_REQUEST, "keys must be a list of byte strings, one per payload")
+    try:  # which key, and why
         for key in keys:
             check_key(key, qos)
     except ValueError as exc:
@@ -462,7 +465,7 @@ def decode_deliveries_untrusted(runs: Any, take: RunTaker[T]) -> list[T]:
                 keys = None
             else:
                 source, seq, code, ts, view, handler, first, payloads, answer, keys = run
-                if type(keys) is not list or len(keys) != len(payloads) or not all(type(k) is bytes for k in keys):
+                if type(keys) is not list or len(keys) != len(payloads) or not well_formed_keys(keys):
                     raise ValueError("not one key per payload")
             if code != code_before:
                 qos, code_before = QoS.from_code(code), code

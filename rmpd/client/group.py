@@ -548,9 +548,13 @@ class Group:
                 raise error
 
 
+_TOTAL = Level.TOTAL
+"""Read once: an enum member looked up on its class costs more than the rest of the check below."""
+
+
 def _checked_key(key: bytes, qos: QoS) -> bytes:
     """``key`` as bytes, or RmpdError ``bad-key`` (TypeError for a key that is no bytes)."""
-    if type(key) is bytes and 0 < len(key) <= MAX_KEY and qos.level >= Level.TOTAL:
+    if type(key) is bytes and 0 < len(key) <= MAX_KEY and qos.level >= _TOTAL:
         return key  # the common case, checked inline: a streaming sender passes here for every message
     if not isinstance(key, bytes | bytearray | memoryview):
         raise TypeError("key must be bytes")

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from .config import EngineConfig
-from .fieldkinds import MAX_KEY
+from .fieldkinds import MAX_KEY, well_formed_keys
 from .qos import Level, QoS
 from .view import HANDLER_LOCKS, LIBRARY_HANDLER, MAX_LOCK
 
@@ -52,8 +52,7 @@ def check_keys(payloads: Sequence[bytes], qos: QoS, keys: Sequence[bytes] | None
         raise BadKey(f"a key needs total order or above; this message is {qos.name()}")
     if len(keys) != len(payloads):
         raise BadKey(f"one key per message: {len(keys)} keys for {len(payloads)} messages")
-    # Checked at C speed: a sender hands over many keyed messages at once.
-    if keys and (set(map(type, keys)) != {bytes} or not 0 < min(map(len, keys)) <= max(map(len, keys)) <= MAX_KEY):
+    if not well_formed_keys(keys):
         raise BadKey(f"a key is 1 to {MAX_KEY} bytes")
 
 

@@ -4,12 +4,12 @@ joiner takes the group's key table before it decides a keyed delivery (rmpd.prot
 from __future__ import annotations
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from rmpd.protocol.config import EngineConfig
 from rmpd.protocol.events import AlreadyDelivered, Delivered, Left
-from rmpd.protocol.fieldkinds import DecodeError, Keyed
+from rmpd.protocol.fieldkinds import MAX_KEY, DecodeError, Keyed, well_formed_keys
 from rmpd.protocol.ids import ViewId
 from rmpd.protocol.keys import KeyRecord, KeyTable
 from rmpd.protocol.limits import BadKey
@@ -178,6 +178,19 @@ def test_keyed_bodies_round_trip_and_hostile_ones_are_refused() -> None:
     too_long = encode(Data(view, "10.0.0.1:7000", 1, QoS.TOTAL, None, Keyed("k", 5, (b"x" * 256,), b"m")))
     with pytest.raises(DecodeError, match="1 to 255"):
         decode(too_long)
+
+
+@given(st.lists(st.one_of(st.binary(min_size=0, max_size=300), st.text(max_size=3), st.integers(), st.none(),
+                         st.binary(max_size=3).map(bytearray)), max_size=6))
+@example([b"k" * 255, b"k"]).via("the longest key")
+@example([b"k", b"k" * 256]).via("one byte too long")
+@example([b"k", b""]).via("empty")
+def test_well_formed_keys_are_bytes_of_1_to_max_key_bytes(keys: list[object]) -> None:
+    """The rule every side checks (engine, packet decoding, local API, client) holds as it says, however it is
+    computed."""
+    expected = all(type(key) is bytes and 0 < len(key) <= MAX_KEY for key in keys)
+    assert well_formed_keys(keys) is expected
+    assert well_formed_keys(tuple(keys)) is expected
 
 
 def test_a_joiner_whose_table_never_comes_joins_again_and_takes_it_then() -> None:

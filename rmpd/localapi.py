@@ -383,22 +383,10 @@ def parse_request(frame: dict[str, Any]) -> Request:
 
 
 def _check_keys(values: dict[str, Any]) -> None:
-    """A send's key, or a batch's keys (one per payload), as the group can take them (:func:`check_key`)."""
-    keys = [values["key"]] if "key" in values else values.get("keys")
-    if keys is None:
-        return
-    if "keys" in values and len(keys) != len(values["payloads"]):
+    """A batch's keys are one per payload.  What a key may be is the engine's rule, checked once, when the daemon
+    hands the messages over (``rmpd.protocol.limits.check_keys``: refused whole with ``bad-key``)."""
+    if "keys" in values and len(values["keys"]) != len(values["payloads"]):
         raise RequestError(BAD_REQUEST, "keys must be a list of byte strings, one per payload")
-    qos = values.get("qos", QoS.TOTAL)
-    if well_formed_keys(keys) and qos.level >= Level.TOTAL:
-        return  # the common case, checked for a whole batch at once
-    if "keys" in values and set(map(type, keys)) != {bytes}:
-        raise RequestError(BAD_REQUEST, "keys must be a list of byte strings, one per payload")
-    try:  # which key, and why
-        for key in keys:
-            check_key(key, qos)
-    except ValueError as exc:
-        raise RequestError(BAD_KEY, str(exc)) from None
 
 
 # ----------------------------------------------------------------------------------------------------------------

@@ -30,6 +30,7 @@ from rmpd.protocol.events import (
     ViewInstalled,
 )
 from rmpd.protocol.ids import ViewId
+from rmpd.protocol.limits import check_keys
 from rmpd.protocol.process import NotMember
 from rmpd.protocol.qos import QoS
 from rmpd.protocol.view import View
@@ -84,6 +85,7 @@ class Process:
 
     def send_many(self, group: str, payloads: list[bytes], qos: QoS, handler: int | None = None,
                   keys: list[bytes] | None = None) -> list[int]:
+        check_keys(payloads, qos, keys)  # as the engine does, before it accepts anything
         self.asked.append(("send", group, tuple(payloads)) if keys is None else
                           ("send", group, tuple(payloads), tuple(keys)))
         return [next(self.seqs) for _ in payloads]

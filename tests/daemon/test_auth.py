@@ -149,7 +149,8 @@ def test_a_key_its_group_may_read_is_taken_quietly_one_every_user_may_read_is_wa
     assert any(r.levelname == "WARNING" and str(path) in r.getMessage() for r in caplog.records) is warned
 
 
-@pytest.mark.parametrize("content", [b"", b"short", b"zz" * 32, os.urandom(33)])
+@pytest.mark.parametrize("content", [b"", b"short", b"zz" * 32, os.urandom(33)],
+                         ids=["empty", "short", "not-hex", "33-random-bytes"])  # the same IDs in every process
 def test_a_bad_key_file_is_refused_with_its_name(tmp_path: Path, content: bytes) -> None:
     path = tmp_path / "bad.key"
     path.write_bytes(content)

@@ -12,7 +12,7 @@ import typer
 import rmpd
 from rmpd.client import Client
 from rmpd.client.errors import single_error
-from rmpd.localapi import check_key
+from rmpd.protocol.limits import check_keyed
 from rmpd.protocol.qos import QoS
 
 from .client_common import JsonOption, bytes_json, emit_json, err, run_with_client, socket_path
@@ -119,7 +119,7 @@ def _send_keyed(ctx: typer.Context, group: str, key_prefix: str, level: QoS, han
     cannot be done."""
     try:
         prefix = check_prefix(key_prefix)
-        check_key(key_of(prefix, 1), level)
+        check_keyed(level, (key_of(prefix, 1),))
     except ValueError as exc:
         err.print(f"[red]error:[/red] bad-key: {exc}", highlight=False)
         raise typer.Exit(1) from None

@@ -23,9 +23,10 @@ import msgpack
 import trio
 
 from rmpd.protocol.events import Delivered
-from rmpd.protocol.fieldkinds import MAX_KEY, well_formed_keys
+from rmpd.protocol.fieldkinds import MAX_KEY as MAX_KEY  # what a key holds at most, for clients of this API
+from rmpd.protocol.fieldkinds import well_formed_keys
 from rmpd.protocol.limits import BadArgument, check_call_handler, check_handler, check_lock
-from rmpd.protocol.qos import Level, QoS
+from rmpd.protocol.qos import QoS
 from rmpd.protocol.reformation import MIN_PARTITION_ALL, MIN_PARTITION_MAJORITY
 
 T = TypeVar("T")
@@ -85,7 +86,8 @@ CALL_PREFIX = "call-"
 """A failed call: ``call-`` plus the code of rmpd.protocol.calls.CALL_ERRORS (call-timeout, call-unknown, ...)."""
 STALE_CALL = "stale-call"
 BAD_KEY = "bad-key"
-"""A message key the group cannot take: on a QoS below total order, empty, or over MAX_KEY bytes (check_key)."""
+"""A message key the group cannot take: on a QoS below total order, empty, or over MAX_KEY bytes
+(``rmpd.protocol.limits.check_keyed``)."""
 
 
 class RequestError(Exception):
@@ -237,16 +239,6 @@ def check_group_name(name: str) -> None:
 MAX_BATCH = 4096
 """Messages one send_batch request may carry."""
 MAX_CALL_TIMEOUT = 3600.0
-
-
-def check_key(key: bytes, qos: QoS) -> None:
-    """ValueError (one line) for a key the group cannot take.  A key makes the group deliver its message at most
-    once, deciding where the message falls in the one order; so only totally ordered levels and above carry one."""
-    if qos.level < Level.TOTAL:
-        raise ValueError(f"a key needs a totally ordered QoS (total and above), not {qos.name()}: only a group "
-                         f"that delivers in one order can drop a copy everywhere alike")
-    if not 0 < len(key) <= MAX_KEY:
-        raise ValueError(f"a key is 1..{MAX_KEY} bytes; this one has {len(key)}")
 
 
 @dataclass

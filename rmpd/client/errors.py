@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from rmpd.localapi import BAD_KEY, BAD_REQUEST, check_group_name, check_key
+from rmpd.localapi import BAD_KEY, BAD_REQUEST, check_group_name
+from rmpd.protocol.limits import check_keyed
 from rmpd.protocol.qos import QoS
 
 
@@ -32,10 +33,10 @@ def check_group_name_here(name: str) -> None:
 
 
 def check_key_here(key: bytes, qos: QoS) -> None:
-    """Refuse a key the group cannot take (:func:`rmpd.localapi.check_key`) with the daemon's code and text,
-    before the message joins a batch: it must cost its sender alone."""
+    """Refuse a key the group cannot take (:func:`rmpd.protocol.limits.check_keyed`) with the daemon's code and
+    text, before the message joins a batch: it must cost its sender alone."""
     try:
-        check_key(key, qos)
+        check_keyed(qos, (key,))
     except ValueError as exc:
         raise RmpdError(BAD_KEY, str(exc)) from None
 

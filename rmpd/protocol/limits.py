@@ -44,16 +44,26 @@ class BadKey(BadArgument):
 
 
 def check_keys(payloads: Sequence[bytes], qos: QoS, keys: Sequence[bytes] | None) -> None:
-    """Keys are for total order and above: only there does every member see the same order, so only there can
-    every member make the same exactly-once decision."""
+    """``keys`` (or None) for ``payloads``: one per message, each one the group can keep (:func:`check_keyed`)."""
     if keys is None:
         return
-    if qos.level < Level.TOTAL:
-        raise BadKey(f"a key needs total order or above; this message is {qos.name()}")
+    check_keyed(qos, keys)
     if len(keys) != len(payloads):
         raise BadKey(f"one key per message: {len(keys)} keys for {len(payloads)} messages")
+
+
+def check_keyed(qos: QoS, keys: Sequence[bytes]) -> None:
+    """Keys are for total order and above: only there does every member see the same order, so only there can
+    every member make the same exactly-once decision.  Each is bytes, 1 to MAX_KEY of them.  The one statement of
+    the rule: the engine, the daemon (through the engine) and the client library (before a round trip) apply it."""
+    if qos.level < Level.TOTAL:
+        raise BadKey(f"a key needs total order or above; this message is {qos.name()}")
     if not well_formed_keys(keys):
-        raise BadKey(f"a key is 1 to {MAX_KEY} bytes")
+        for key in keys:  # name the first key refused
+            if type(key) is not bytes:
+                raise BadKey(f"a key is bytes, not {type(key).__name__}")
+            if not 0 < len(key) <= MAX_KEY:
+                raise BadKey(f"a key is 1 to {MAX_KEY} bytes; this one has {len(key)}")
 
 
 def keyed_qos(qos: QoS) -> QoS:

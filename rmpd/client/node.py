@@ -422,7 +422,7 @@ class Node:
         """The common case: one per delivered packet."""
         name = event.group
         if event.src == self._me:
-            self._own.delivered(name, event.seq, event.qos, event.keys)
+            self._own.delivered(name, event.seq, event.qos)
         joined = self._groups.get(name)
         if joined is not None:
             handler = event.handler

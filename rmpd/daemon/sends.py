@@ -70,7 +70,7 @@ class Sends:
     def delivered(self, event: Delivered) -> None:
         """One of this process's own packets was delivered here: its messages are no longer owed to anyone (but a
         keyed copy the group dropped, whose sender is told by :meth:`already_delivered`)."""
-        self.own.delivered(event.group, event.seq, event.qos, event.keys)
+        self.own.delivered(event.group, event.seq, event.qos)
 
     def already_delivered(self, event: AlreadyDelivered, attached: Collection[Outlet]) -> None:
         """The group dropped a keyed message of this process as a copy of one it delivered: its sender is told

@@ -332,11 +332,11 @@ class OwnMessages(Generic[S]):
             else:
                 entries.append((sender, ident))
 
-    def delivered(self, group: str, seq: int, qos: QoS, keys: Sequence[bytes] | None = None) -> None:
+    def delivered(self, group: str, seq: int, qos: QoS) -> None:
         """An own packet was delivered here (called only for own deliveries: the caller checks the source): every
         message of it still kept is done.  For a keyed packet the engine tells each copy it left out
-        (:meth:`already_delivered`) before the packet's delivery, so what is still kept is what was delivered;
-        ``keys`` is not needed to tell them apart."""
+        (:meth:`already_delivered`) before the packet's delivery, so what is still kept is what was delivered,
+        without its keys to tell them apart."""
         table = self.groups.get(group)
         if table and qos.level != Level.UNRELIABLE:
             table.pop(seq, None)

@@ -89,7 +89,7 @@ def test_the_copies_a_packet_left_out_go_to_their_senders_and_its_delivery_settl
     assert own.already_delivered("g", 4, b"k3") == "c2"  # the second k1 and k3 were dropped as copies
     assert own.already_delivered("g", 4, b"k1") == "c1"
     assert own.held("g") == 1
-    own.delivered("g", 4, QoS.TOTAL, (b"k1", b"k2"))
+    own.delivered("g", 4, QoS.TOTAL)
     assert own.held("g") == 0 and own.already_delivered("g", 4, b"k1") is None
     own.sent("g", [5, 5], QoS.TOTAL, "c1", [1, 2])
     own.sent("g", [6], QoS.TOTAL, "c1", [b"k9"])

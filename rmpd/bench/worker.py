@@ -199,7 +199,7 @@ async def member(args: argparse.Namespace) -> None:
 
 
 async def ping(args: argparse.Namespace) -> None:
-    qos, _ = parse_qos(args.qos)  # keys only where a member streams (member)
+    qos, _ = parse_qos(args.qos)  # keys only where a member streams or transfers (member, transfer)
     pad = b"x" * max(0, args.size - 9)
     async with joined(args) as group:
         await wait_members(group, args.members)
@@ -222,7 +222,7 @@ async def ping(args: argparse.Namespace) -> None:
 
 
 async def pong(args: argparse.Namespace) -> None:
-    qos, _ = parse_qos(args.qos)  # keys only where a member streams (member)
+    qos, _ = parse_qos(args.qos)  # keys only where a member streams or transfers (member, transfer)
     async with joined(args) as group:
         emit({"ready": True})
         _begin, end = await wait_for_window()
@@ -257,7 +257,7 @@ async def transfer(args: argparse.Namespace) -> None:
     transfer's, and reports each probe's send time and latency (``probes``: pairs of seconds).  Once its transfer
     is complete it reads on until it delivers a probe sent after its last delivery (or END): the probe comes from
     one sender in total order, so every earlier probe has been delivered by then."""
-    qos, _ = parse_qos(args.qos)  # keys only where a member streams (member)
+    qos, keyed = parse_qos(args.qos)  # keys only where a member streams or transfers (member, transfer)
     payload = b"x" * args.size
     async with from_begin(args) as (group, _begin, end):
         cpu_at_begin = time.process_time()
@@ -275,8 +275,9 @@ async def transfer(args: argparse.Namespace) -> None:
         async def sender() -> None:
             nonlocal sent, first_send, reported
             first_send = time.time()
+            prefix = f"{os.getpid()}:{time.time_ns()}:".encode()
             while sent < args.send_count:
-                await group.post(payload, qos=qos)
+                await group.post(payload, qos=qos, key=prefix + str(sent).encode() if keyed else None)
                 sent += 1
             await group.flush()
             emit(sender_result())
@@ -335,7 +336,7 @@ async def probe(args: argparse.Namespace) -> None:
     does not shift the ones after it), each stamped with the wall-clock time it is handed to the client library,
     until stdin closes or END passed.  Reads the group's events meanwhile, as any member must.  Reports the send
     times (``sent_at``) and its CPU seconds."""
-    qos, _ = parse_qos(args.qos)  # keys only where a member streams (member)
+    qos, _ = parse_qos(args.qos)  # keys only where a member streams or transfers (member, transfer)
     pad = b"x" * max(0, args.size - 1 - PROBE_STAMP.size)
     interval = 1.0 / args.probe_rate
     async with from_begin(args) as (group, begin, end):

@@ -198,7 +198,7 @@ def percentile(values: list[float], fraction: float) -> float | None:
 
 
 class Bench:
-    """Daemons started once and reused (a fresh group per case); baselines cached per (size, members)."""
+    """Daemons started afresh for each case, in a group of its own; baselines cached per (size, members)."""
 
     def __init__(self, workdir: Path, *, seconds: float, guard: str = "none", hosts: Hosts | None = None,
                  progress: Callable[[str], None] = lambda text: None, daemon_config: Path | None = None,
@@ -216,12 +216,18 @@ class Bench:
         self._baselines: dict[tuple[int, int], dict[str, Any]] = {}
         self._groups = itertools.count(1)
         self._workers = itertools.count(1)
+        self._daemon_sets = itertools.count(1)
         self.key_path: Path | None = None
         if guard != "none":
             self.key_path = workdir / "group.key"
             generate_key_file(self.key_path)
 
     def close(self) -> None:
+        """Stop the daemons and take the hosts down."""
+        self.stop_daemons()
+        self.hosts.close()
+
+    def stop_daemons(self) -> None:
         """Stop the daemons, all at once, and kill those still leaving their groups after ``STOP_GRACE``: the
         figures are taken, and daemons that all leave together have nobody left to commit their leaves."""
         for daemon in self.daemons:
@@ -231,7 +237,6 @@ class Bench:
         for daemon in self.daemons:
             daemon.stop(timeout=max(0.1, deadline - time.monotonic()))
         self.daemons.clear()
-        self.hosts.close()
 
     def _daemon_args(self) -> list[str]:
         """A benchmark's group is new: its first member looks for an existing one only briefly."""
@@ -243,15 +248,19 @@ class Bench:
             return []
         return ["--auth-key", str(self.key_path)] + (["--encrypt"] if self.guard == "encrypt" else [])
 
-    def ensure_daemons(self, count: int) -> list[DaemonProcess]:
-        """Daemons 1..``count``, started now where not running yet."""
-        while len(self.daemons) < count:
-            i = len(self.daemons)
+    def fresh_daemons(self, count: int) -> list[DaemonProcess]:
+        """``count`` daemons started for one case, after those of the case before are stopped.  A case shares no
+        daemon with an earlier one: the groups of a case whose members all leave at once are still leaving (a
+        member lingers until what it held is stable everywhere, or the engine's ``leave_linger``), and their
+        memory and timers would be charged to the case that follows."""
+        self.stop_daemons()
+        started = next(self._daemon_sets)
+        for i in range(count):
             self.progress(f"starting daemon {i + 1}")
-            self.daemons.append(DaemonProcess(self.workdir, f"d{i + 1}", bind=self.hosts.address(i),
+            self.daemons.append(DaemonProcess(self.workdir, f"s{started}d{i + 1}", bind=self.hosts.address(i),
                                               netns=self.hosts.namespace(i), extra=self._daemon_args(),
                                               log_level="warning", config=self.daemon_config))
-        return self.daemons[:count]
+        return self.daemons
 
     def _member_args(self, i: int, embedded: bool) -> list[str]:
         """How member ``i`` takes part: through daemon ``i``'s socket, or as an embedded node."""
@@ -322,7 +331,7 @@ class Bench:
         baseline = self.baseline(case.size, case.members)
         group = f"bench-{next(self._groups)}"
         common = ["--group", group, "--members", str(case.members), "--qos", case.qos, "--size", str(case.size)]
-        daemons: list[DaemonProcess] = [] if case.embedded else self.ensure_daemons(case.members)
+        daemons: list[DaemonProcess] = [] if case.embedded else self.fresh_daemons(case.members)
         # One application process per member (an embedded node, or a client of that member's daemon) counts what
         # it receives; the first ones also send, as in Spread's and JGroups' throughput tests.  Senders beyond
         # the members are clients of their own, spread over the daemons.

@@ -119,7 +119,7 @@ def default_timeout(transfer: int, rate_bytes: float | None) -> float:
 
 
 class TransferBench:
-    """Transfer cases on the daemons of ``bench`` (started with their metrics on their own loopback)."""
+    """Transfer cases on daemons that ``bench`` starts for each (with their metrics on their own loopback)."""
 
     def __init__(self, bench: Bench, *, rate: str | None, timeout: float | None, probe: float | None = None) -> None:
         """``probe``: messages a second of the light stream sent beside each transfer (None: no probe)."""
@@ -136,7 +136,7 @@ class TransferBench:
             raise BenchError(f"{case.members} members and {case.senders} senders leave no destination")
         self._groups += 1
         group = f"transfer-{self._groups}"
-        daemons = bench.ensure_daemons(case.members)
+        daemons = bench.fresh_daemons(case.members)
         common = ["--group", group, "--members", str(case.members), "--qos", case.qos, "--size", str(case.size)]
         shares = [case.messages // case.senders + (i < case.messages % case.senders) for i in range(case.senders)]
         specs = [("transfer", i, [*common, "--socket", str(daemons[i].socket), "--send-count", str(shares[i])])

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 import subprocess
+from pathlib import Path
 
 from rmpd.bench.daemons import RMP
+from rmpd.bench.run import Bench, Case
 
 
 def test_bench_measures_daemons_and_embedded_members_beside_the_baseline(loopback_multicast: None) -> None:
@@ -29,3 +31,18 @@ def test_bench_measures_daemons_and_embedded_members_beside_the_baseline(loopbac
 def test_bench_refuses_an_unknown_qos() -> None:
     result = subprocess.run([RMP, "bench", "--qos", "fastest"], capture_output=True, text=True, timeout=60)
     assert result.returncode == 2 and "fastest" in result.stderr
+
+
+def test_each_case_runs_on_daemons_started_for_it(loopback_multicast: None, tmp_path: Path) -> None:
+    """A case never shares a daemon with the groups of an earlier one, which may still be leaving."""
+    bench = Bench(tmp_path, seconds=0.5)
+    try:
+        first = bench.run(Case(2, 1, 100, "total"))
+        earlier = [daemon.proc for daemon in bench.daemons]
+        second = bench.run(Case(2, 1, 100, "total+key"))
+        assert first["complete"] and second["complete"]
+        assert all(proc.poll() is not None for proc in earlier), "the first case's daemons were stopped"
+        assert not {proc.pid for proc in earlier} & {daemon.proc.pid for daemon in bench.daemons}
+        assert not [group for group in bench.daemons[0].status()["groups"] if group["group"] == "bench-1"]
+    finally:
+        bench.close()

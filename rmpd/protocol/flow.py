@@ -65,6 +65,11 @@ class CongestionControl(ABC):
     from ``CONGESTION_CONTROLS``."""
 
     window: int
+    counts_until_passed = False
+    """True: own packets this member orders as token site stay in transit until a later site's ACK shows the pass
+    (and so every packet ahead of it in our link's queue) got through (``Sender.ring_moved``), and send-to-then is
+    a sample of the delay and of the data timer.  False: they leave the window when ordered, unsampled (the
+    paper's window, and the fixed one)."""
 
     @abstractmethod
     def may_send(self, size: int) -> bool:
@@ -233,12 +238,19 @@ class DelayWindow(SendWindow):
     light message behind it waits a few ms, not the buffer's length.  Where the CPU and not a link is the limit,
     queues of well under TARGET go with a busy ring, and the window grows to its ceiling as the ``rmp`` one does.
 
+    Packets this member orders itself as token site still wait in its own link's queue, ahead of the ACK that
+    ordered them; they count until the next site's ACK shows they left (``counts_until_passed``), so the window
+    bounds that queue too and reads its delay, where freeing them at once let the queue hold twice the window and
+    timed the data timer on other sites' packets only.
+
     Loss is read with the queue (as TCP Veno does): a NACK for our packet while TARGET / 2 or more queues is
     congestion and halves the window; a NACK with less is random loss, which the repair answers, and takes an
     eighth, never below two of the largest packets.  A retransmission timeout halves it either way.  Packets
     shrink with the window (figure 4.2), down to ``min_packet``, the path's MTU where the runtime knows it."""
 
     __slots__ = ("round_end", "sites", "starting")
+
+    counts_until_passed = True
 
     TARGET = 0.005
     """Seconds of queueing the window aims at: enough that the link never idles between the token's turns, short

@@ -30,7 +30,7 @@ class Sender:
                  emit: Callable[[Data, float], None]) -> None:
         """``emit``: sends a new own packet and holds it like any received one (the engine's)."""
         config = ctx.config
-        self.pid, self.config, self.stats = ctx.pid, config, ctx.stats
+        self.pid, self.config, self.stats, self.views = ctx.pid, config, ctx.stats, ctx.views
         self.emit = emit
         self.next_seq = first_seq
         self.next_unreliable_seq = first_unreliable_seq
@@ -44,6 +44,11 @@ class Sender:
         """Send -> ordering time of our own packets: the data retransmission timer."""
         self.first_sent: dict[int, float] = {}
         """When each outstanding packet of ours was sent, for packets not retransmitted (Karn's rule)."""
+        self.passing: list[tuple[int, float | None]] = []
+        """(bytes, first sent) of own packets our own ACK ordered that the window still counts in transit: they may
+        still wait in our link's queue, ahead of the ACK (when ``window.counts_until_passed``)."""
+        self.passing_acked = False
+        """Our ACK that ordered ``passing`` went out; the next ACK heard is a later site's, which holds them."""
         self.link_busy = False
         """The runtime's socket holds data it could not send yet: nothing new goes out, nor a resend (see
         :meth:`set_link_busy`)."""
@@ -138,11 +143,15 @@ class Sender:
             self.fill_window(view_id, now)
 
     def fill_window(self, view_id: ViewId, now: float) -> None:
-        """Send queued packets while the window (bytes and packets in flight) allows and the link takes them."""
+        """Send queued packets while the window (bytes and packets in flight) allows and the link takes them.  With
+        nothing of ours unordered, one packet goes whatever the window still counts of packets our own ACK ordered
+        (``passing``): a quiet ring may rest the token at the next site with no ACK to release them, and the packet
+        is what makes that site order, and so pass the token on."""
         if self.link_busy:
             return
         queue = self.send_queue
-        while queue and len(self.outstanding) < self.config.window_packets and self.window.may_send(queue[0].size):
+        while queue and len(self.outstanding) < self.config.window_packets and (
+                self.window.may_send(queue[0].size) or (self.passing and not self.outstanding)):
             packet = queue.popleft().packet(view_id, self.pid)
             self.in_flight_again(packet)
             self.first_sent[packet.seq] = now
@@ -195,6 +204,29 @@ class Sender:
         us and we order them ourselves), not lost; the data timer measures a ring that stopped moving."""
         if self.outstanding and self.rto.deadline is not None:
             self._start_rto(now)
+        if self.passing:
+            if self.passing_acked:
+                self._passed(now)
+            else:
+                self.passing_acked = True
+
+    def _passed(self, now: float) -> None:
+        """An ACK after ours: the next site accepted our pass, so it holds every packet our ACK ordered, and they
+        have left our link's queue.  Their bytes leave the window now, and send-to-now is what they waited there
+        and on the way: a delay sample (this member as its site) and a data round trip, whose spread then covers
+        the wait for the next site's ACK that the data timer measures."""
+        site = self.pid
+        for size, sent_at in self.passing:
+            sample: DelaySample | None = None
+            if sent_at is not None:
+                sample = (site, now - sent_at)
+                self.data_rtt.sample(now - sent_at)
+            self.window.ordered(size, now, sample)
+        self.passing.clear()
+        self.passing_acked = False
+        view = self.views.current
+        if self.pid in view:
+            self.fill_window(view.view_id, now)
 
     def ordered(self, seq: int, now: float, site: ProcessId | None) -> bool:
         """An ACK ordered our packet ``seq``; True when it was outstanding.
@@ -202,16 +234,20 @@ class Sender:
         ``site``: the member whose ACK ordered it, None when it was this one.  Ordered by another site, send-to-
         ordering is a round trip of the ring to that site, a sample of the data timer and of the congestion
         control's delay.  Packets we order ourselves as token site take no time at all; counted, they would pull
-        the data timer to its floor while the token takes several ms to come round under load."""
+        the data timer to its floor while the token takes several ms to come round under load.  Where the window
+        ``counts_until_passed`` they are timed to the next ACK instead (``ring_moved``)."""
         packet = self.outstanding.pop(seq, None)
         if packet is None:
             return False
         sent_at = self.first_sent.pop(seq, None)
         sample: DelaySample | None = None
-        if sent_at is not None and site is not None:
-            sample = (site, now - sent_at)
-            self.data_rtt.sample(now - sent_at)
-        self.window.ordered(packet.size, now, sample)
+        if site is None and self.window.counts_until_passed:
+            self.passing.append((packet.size, sent_at))
+        else:
+            if sent_at is not None and site is not None:
+                sample = (site, now - sent_at)
+                self.data_rtt.sample(now - sent_at)
+            self.window.ordered(packet.size, now, sample)
         if self.outstanding:
             self._start_rto(now)
         else:

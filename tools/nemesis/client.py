@@ -7,7 +7,8 @@ from __future__ import annotations
 import json
 import signal
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from functools import partial
 from pathlib import Path
 from typing import Any, Protocol, TextIO
 
@@ -139,23 +140,8 @@ async def _one_connection(stream: Stream, socket_path: Path, group_name: str, ra
             # founds a group or asks the daemon to join anything.
             group = await client.join(group_name, existing_only=True)
             log.write(e="attach", conn=conn, pid=pid, view=group.view, members=group.known_members)
-            failures: list[BaseException] = []
-            async with trio.open_nursery() as nursery:
-
-                async def guarded(task: Any, *args: Any) -> None:
-                    # The first error of either task ends both; one exception leaves, never a group of two.
-                    try:
-                        await task(*args)
-                    except (rmpd.RmpdError, OSError) as exc:
-                        failures.append(exc)
-                        nursery.cancel_scope.cancel()
-
-                nursery.start_soon(guarded, _read, stream, group, pid, conn)
-                nursery.start_soon(guarded, _send, stream, group, conn, rate)
-                await stream.settled.wait()
-                nursery.cancel_scope.cancel()
-            if failures:
-                raise failures[0]
+            await read_and_send(partial(_read, stream, group, pid, conn), partial(_send, stream, group, conn, rate),
+                                stream.settled)
     except (rmpd.RmpdError, OSError) as exc:  # ConnectionLost is an RmpdError
         code = str(getattr(exc, "code", type(exc).__name__))
         if conn is None:
@@ -168,6 +154,30 @@ async def _one_connection(stream: Stream, socket_path: Path, group_name: str, ra
             # The program was told (ConnectionLost): these messages' fate is unknown to it from now on.
             stream.waiting.clear()
             stream.check_settled()
+
+
+async def read_and_send(read: Callable[[], Awaitable[None]], send: Callable[[], Awaitable[None]],
+                        settled: trio.Event) -> None:
+    """Run a connection's reader and sender until ``settled``.  The first error of either (the library's, or the
+    socket's) ends both and is raised: one exception leaves, never a group of two."""
+    import rmpd
+
+    failures: list[BaseException] = []
+    async with trio.open_nursery() as nursery:
+
+        async def guarded(task: Callable[[], Awaitable[None]]) -> None:
+            try:
+                await task()
+            except (rmpd.RmpdError, OSError) as exc:
+                failures.append(exc)
+                nursery.cancel_scope.cancel()
+
+        nursery.start_soon(guarded, read)
+        nursery.start_soon(guarded, send)
+        await settled.wait()
+        nursery.cancel_scope.cancel()
+    if failures:
+        raise failures[0]
 
 
 async def member_of(client: Any, group_name: str, pid: str) -> bool:

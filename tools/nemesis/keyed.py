@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import signal
 from collections import deque
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import trio
 
-from .client import ClientLog, member_of, stop_on_signal
+from .client import ClientLog, member_of, read_and_send, stop_on_signal
 
 RECONNECT_EVERY = 0.2
 """Seconds between attempts to reach a daemon that is not there (restarting)."""
@@ -134,22 +135,7 @@ async def _one_connection(keys: Keys, socket_path: Path, group_name: str) -> Non
             # all of it goes again, the oldest first (the group drops the copies of keys it delivered).
             again = keys.send_all_again()
             log.write(e="attach", conn=conn, pid=pid, view=group.view, members=group.known_members, again=again)
-            failures: list[BaseException] = []
-            async with trio.open_nursery() as nursery:
-
-                async def guarded(task: Any, *args: Any) -> None:
-                    try:
-                        await task(*args)
-                    except (rmpd.RmpdError, OSError) as exc:
-                        failures.append(exc)
-                        nursery.cancel_scope.cancel()
-
-                nursery.start_soon(guarded, _read, keys, group, conn)
-                nursery.start_soon(guarded, _send, keys, group, conn)
-                await keys.settled.wait()
-                nursery.cancel_scope.cancel()
-            if failures:
-                raise failures[0]
+            await read_and_send(partial(_read, keys, group, conn), partial(_send, keys, group, conn), keys.settled)
     except (rmpd.RmpdError, OSError) as exc:  # ConnectionLost is an RmpdError
         code = str(getattr(exc, "code", type(exc).__name__))
         if conn is None:

@@ -32,12 +32,16 @@ class RttEstimator:
     """Smoothed round-trip time and its mean deviation; ``rto`` = srtt + 4 * rttvar, clamped, or ``initial`` until
     the first sample."""
 
-    __slots__ = ("initial", "maximum", "minimum", "rttvar", "srtt")
+    __slots__ = ("deviation_floor", "initial", "maximum", "minimum", "rttvar", "srtt")
 
-    def __init__(self, initial: float, minimum: float, maximum: float) -> None:
+    def __init__(self, initial: float, minimum: float, maximum: float, deviation_floor: float = 0.0) -> None:
+        """``deviation_floor``: the mean deviation ``rto`` counts at least (as Linux keeps TCP's at least its
+        minimum RTO), so a round trip that has been steady does not make a timer that fires on the first late
+        one."""
         self.initial = initial
         self.minimum = minimum
         self.maximum = maximum
+        self.deviation_floor = deviation_floor
         self.srtt: float | None = None
         self.rttvar = 0.0
 
@@ -54,7 +58,7 @@ class RttEstimator:
     def rto(self) -> float:
         if self.srtt is None:
             return self.initial
-        return min(self.maximum, max(self.minimum, self.srtt + 4 * self.rttvar))
+        return min(self.maximum, max(self.minimum, self.srtt + 4 * max(self.rttvar, self.deviation_floor)))
 
 
 class CongestionControl(ABC):
@@ -66,6 +70,8 @@ class CongestionControl(ABC):
 
     window: int
     counts_until_passed = False
+    timer_deviation_floor = 0.0
+    """Seconds of mean deviation the data timer counts at least (``RttEstimator.deviation_floor``)."""
     """True: own packets this member orders as token site stay in transit until a later site's ACK shows the pass
     (and so every packet ahead of it in our link's queue) got through (``Sender.ring_moved``), and send-to-then is
     a sample of the delay and of the data timer.  False: they leave the window when ordered, unsampled (the
@@ -255,6 +261,10 @@ class DelayWindow(SendWindow):
     TARGET = 0.005
     """Seconds of queueing the window aims at: enough that the link never idles between the token's turns, short
     against the 50 ms a person notices."""
+    timer_deviation_floor = TARGET
+    """The window lets its queue move by about TARGET from one round to the next, so a packet may be ordered that
+    much later than the ones before it with nothing lost; a steady link otherwise takes the data timer's deviation
+    to nothing, and every late ACK to a timeout, which halves the window and resends."""
     BASE_SPAN = 60.0
     """Seconds a site's smallest delay stays its base: an old minimum must age out (routes change), but each time
     one does while our packets queue, the queue is read a little shorter than it is."""

@@ -40,7 +40,8 @@ class Sender:
         """Packets accepted and not yet sent: the window holds them back."""
         self.rto = Backoff(config.rto_initial, config.rto_max, config.fail_after)
         self.window: CongestionControl = make_congestion_control(config)
-        self.data_rtt = RttEstimator(config.rto_initial, config.rto_min, config.rto_max)
+        self.data_rtt = RttEstimator(config.rto_initial, config.rto_min, config.rto_max,
+                                     self.window.timer_deviation_floor)
         """Send -> ordering time of our own packets: the data retransmission timer."""
         self.first_sent: dict[int, float] = {}
         """When each outstanding packet of ours was sent, for packets not retransmitted (Karn's rule)."""

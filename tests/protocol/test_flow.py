@@ -380,6 +380,16 @@ def test_own_packets_ordered_as_token_site_count_until_the_next_site_has_the_pas
     assert paper[0].sender.window.in_flight == 0
 
 
+def test_the_delay_windows_data_timer_waits_a_deviation_of_target_over_a_steady_round_trip() -> None:
+    """A link that clocks our packets out at its rate makes every round trip alike; the paper's timer then comes
+    down to the round trip itself, and the delay window's keeps TARGET of deviation above it."""
+    for congestion, least in (("rmp", 0.010), ("delay", 0.010 + 4 * DelayWindow.TARGET)):
+        sender = Ring(3, EngineConfig(congestion=congestion, journal=True))[0].sender
+        for _ in range(50):
+            sender.data_rtt.sample(0.010)
+        assert sender.data_rtt.rto == pytest.approx(least, rel=0.05)
+
+
 def transfer_over_rated_links(members: int, *, rate: float = 1_250_000.0, messages: int = 1000,
                               jitter: float = 0.0002) -> tuple[float, int]:
     """Member 0 transfers ``messages`` total-order messages of 1,000 bytes to the others, every member's datagrams

@@ -290,3 +290,42 @@ def test_keyed_messages_packed_over_many_batches_keep_each_packet_within_its_lim
     net.advance(2.0)
     assert len(net.deliveries(1)) == 2000
     assert max(sizes) <= 16384 + 512
+
+
+def test_joiners_whose_table_holder_crashed_join_again_and_then_deliver_each_key_once() -> None:
+    """X and Z are admitted together; the table reaches Z only, and its sender crashes.  The reformed view puts X
+    first, so X, itself still waiting, is the member that owes the table to Y, admitted next.  Neither decides a
+    keyed delivery without the table: both end their memberships, join again, take the table from Z, and from then
+    on a key is delivered once everywhere and a copy is dropped."""
+    net = Net(4)
+    x, a, z, y = net.pids
+
+    def members(i: int) -> tuple[str, ...]:
+        view = net[i].view("g")
+        return view.members if view is not None else ()
+
+    net.do(1, lambda p, now: p.create("g", now))
+    net.advance(0.5)
+    send(net, 1, [b"before"], [b"order-1"])
+    net.advance(0.5)
+    net.drop = lambda src, dst, p: isinstance(p, Data) and p.handler == 7 and dst == x
+    net.do(0, lambda p, now: p.join("g", now))
+    net.do(2, lambda p, now: p.join("g", now))
+    net.advance(0.5)
+    net.down.add(a)
+    assert net.advance_until(lambda: members(0) == (x, z), limit=20.0) is not None
+    net.do(3, lambda p, now: p.join("g", now))
+    assert net.advance_until(lambda: y in members(0), limit=10.0) is not None
+    net.drop = lambda src, dst, p: False
+    send(net, 2, [b"new"], [b"order-2"])
+    assert net.advance_until(lambda: all(net.of_type(i, Left) for i in (0, 3)), limit=30.0) is not None
+    reasons = [left.reason for i in (0, 3) for left in net.of_type(i, Left)]
+    assert reasons == ["the group's key table did not arrive"] * 2
+    assert net.advance_until(lambda: all(set(members(i)) == {x, y, z} for i in (0, 2, 3)),
+                             limit=30.0) is not None
+    send(net, 3, [b"again"], [b"order-2"])
+    send(net, 0, [b"after"], [b"order-3"])
+    net.advance(2.0)
+    assert keyed(net, 2) == [(b"order-2", b"new"), (b"order-3", b"after")]
+    assert keyed(net, 0) == keyed(net, 3) == [(b"order-3", b"after")]
+    assert [t.key for t in net.of_type(3, AlreadyDelivered)] == [b"order-2"]

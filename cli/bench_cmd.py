@@ -173,7 +173,8 @@ def bench(
 ) -> None:
     """Measure rmpd against raw UDP multicast through the same socket layer, in one run.
 
-    Starts real rmpd daemons on loopback, clients that join through the client library, and, per case: goodput
+    Starts real rmpd daemons on loopback (new ones for each case, so that no case runs beside the groups of the
+    one before), clients that join through the client library, and, per case: goodput
     (messages per second per member, counted in the clients), its ratio to the raw baseline, latency p50/p99 as half
     a ping-pong round trip at light load, CPU seconds per delivered message of all processes, and each daemon's
     peak resident memory.

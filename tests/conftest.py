@@ -37,6 +37,7 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
         # Without it the tests of ONE_WORKER would share the cores and fail now and then: say so instead.
         raise pytest.UsageError("this pytest-xdist has no LoadScopeScheduling._split_scope, which tests/conftest.py "
                                 "groups tests with; run with -n 0, or update the hook")
+
     class OneWorkerGroup(LoadScopeScheduling):
         """Each test is a unit of its own, but the tests of ``ONE_WORKER`` are one unit: the largest, so first."""
 

@@ -260,7 +260,7 @@ class Bench:
             self.daemons.append(DaemonProcess(self.workdir, f"s{started}d{i + 1}", bind=self.hosts.address(i),
                                               netns=self.hosts.namespace(i), extra=self._daemon_args(),
                                               log_level="warning", config=self.daemon_config))
-        return self.daemons
+        return list(self.daemons)
 
     def _member_args(self, i: int, embedded: bool) -> list[str]:
         """How member ``i`` takes part: through daemon ``i``'s socket, or as an embedded node."""

@@ -36,10 +36,11 @@ def shell_commands() -> list[str]:
     return commands
 
 
-def read_until(proc: subprocess.Popen[bytes], wanted: str, timeout: float) -> str:
-    """What ``proc`` printed up to ``wanted`` (failing after ``timeout`` seconds, or when it exits first)."""
-    assert proc.stdout is not None
-    fd = proc.stdout.fileno()
+def read_until(proc: subprocess.Popen[bytes], wanted: str, timeout: float, stream: str = "stdout") -> str:
+    """What ``proc`` printed on ``stream`` up to ``wanted`` (failing after ``timeout`` seconds, or when it exits)."""
+    pipe = getattr(proc, stream)
+    assert pipe is not None
+    fd = pipe.fileno()
     seen = ""
     deadline = time.monotonic() + timeout
     while wanted not in seen:
@@ -61,8 +62,11 @@ def test_the_readme_commands_and_library_example_work_against_one_daemon(daemons
     assert commands[0].endswith("/rmpd") or " rmpd" in commands[0].split("#")[0], commands[0]  # started above
     join, listen, send, show, show_all = commands[1:]
     subprocess.run(join, shell=True, env=env, check=True, timeout=60)
-    listener = subprocess.Popen(listen, shell=True, env=env, stdout=subprocess.PIPE)
+    listener = subprocess.Popen(listen, shell=True, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
+        # As a user would, in another terminal: the listener is in the group before anything is sent to it (a
+        # listener that joins later starts at its own view, after what was sent before it).
+        read_until(listener, "listening on chat", 60, "stderr")
         example = tmp_path / "example.py"
         example.write_text(using_it("python"))
         program = subprocess.Popen([sys.executable, str(example)], env=env, stdout=subprocess.PIPE)

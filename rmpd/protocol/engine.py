@@ -95,6 +95,7 @@ class GroupEngine(PacketIntake, MembershipEnding, ReformationSide):
         scmp: ScmpSettings | None = None,
         join_floor: int = 0,
         delivered_before: DeliveredBefore | None = None,
+        kept_keys: KeyTable | None = None,
         wall_offset: float = 0.0,
     ) -> None:
         """Start in ``view``: either as a founding member of a view created out of band (the first member holds
@@ -106,6 +107,9 @@ class GroupEngine(PacketIntake, MembershipEnding, ReformationSide):
 
         ``delivered_before``: what this process delivered in its previous membership of the group, which a
         reformation may order again after this one began: it is not delivered twice.
+
+        ``kept_keys``: the key table of this process's previous membership of the group, for a founding member
+        (``KeyTable.for_founder``); a joiner takes the group's table instead.
 
         ``wall_offset``: seconds from ``now`` to the process's wall clock (SCMP stamps)."""
         if pid not in view:
@@ -130,9 +134,13 @@ class GroupEngine(PacketIntake, MembershipEnding, ReformationSide):
         self.sender = Sender(ctx, first_seq=next_seq, first_unreliable_seq=first_unreliable_seq, emit=self._emit_own)
         self.relay = relay = CallRelay(ctx, scmp or ScmpSettings(), wall_offset)
         view_counter = view_counter or ViewCounter(pid, 0, now)
-        # A joiner takes the group's key table from a member that was in the view before (rmpd.protocol.keys).
-        self.keys = KeyTable(config.key_retention_count, int(config.key_retention_seconds * 1000),
-                             awaiting=view.view_id if joined_by is not None and joined_by.keys else None)
+        # A joiner takes the group's key table from a member that was in the view before (rmpd.protocol.keys); a
+        # founder starts from the one it kept, if it was in the group before.
+        if kept_keys is not None and joined_by is None:
+            self.keys = kept_keys.for_founder()
+        else:
+            self.keys = KeyTable(config.key_retention_count, int(config.key_retention_seconds * 1000),
+                                 awaiting=view.view_id if joined_by is not None and joined_by.keys else None)
         self.changes = ViewChanges(ctx, ordering, relay, self.keys, view_counter=view_counter, request_ids=request_ids,
                                    join_floor=join_floor, joined_by=joined_by)
         self.repair = repair = Repair(ctx, ordering, token, start_ts=start_ts, suspect=self.suspect_failure)

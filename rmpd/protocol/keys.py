@@ -82,6 +82,18 @@ class KeyTable:
         self.refused = 0
         """Pieces of a table that were not well formed or not for this joiner (counted, dropped)."""
 
+    def for_founder(self) -> KeyTable:
+        """This table (of an ended membership, whose table this process held) for a group this process founds
+        anew: alone in its view, its table is the group's, and joiners take it from there.  Every membership of
+        the group may end with every process still running (reformations that kept failing); founded afresh, the
+        group then delivered again the keys it had delivered, when their senders resent them."""
+        table = KeyTable(self.retention_count, self.retention_ms)
+        table.entries = set(self.entries)
+        table.order = deque(self.order)
+        table.clock = self.clock
+        table.in_use = True
+        return table
+
     @property
     def ready(self) -> bool:
         """This member holds the group's table (it may decide keyed deliveries)."""

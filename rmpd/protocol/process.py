@@ -21,6 +21,7 @@ from .engine import GroupEngine
 from .events import JoinFailed, Left
 from .ids import ProcessId, RequestIds, ViewCounter
 from .joins import JoinAttempt, Joining, RejoinWish
+from .keys import KeyTable
 from .limits import check_call
 from .multirpc import ScmpSettings, start_upper
 from .ordering import DeliveredBefore
@@ -78,6 +79,11 @@ class RmpProcess(PacketRouting, Joining):
         self._delivered_before: dict[str, DeliveredBefore] = {}
         """Per group, what this process delivered in its last membership of it (``GroupEngine`` never delivers
         it again in the next)."""
+        self._kept_keys: dict[str, KeyTable] = {}
+        """Per group, the key table of this process's last membership of it, when that membership ended by itself
+        (the process rejoins) while holding the group's table: if the process founds the group anew (every
+        membership ended, and nobody answers its join), the keys the group delivered are still kept; as a joiner
+        it takes the group's table instead.  A leave drops it."""
         self._join_settings: dict[str, tuple[int, int]] = {}
         """Per group, the (min_partition, ttl) its join asked for: a rejoin asks for the same."""
         self._group_heard_at: dict[str, float] = {}
@@ -114,6 +120,7 @@ class RmpProcess(PacketRouting, Joining):
         return self._install(group, view, now)
 
     def leave(self, group: str, now: float) -> None:
+        self._kept_keys.pop(group, None)  # kept only to found the group again on a rejoin
         if group in self.joining:
             attempt = self.joining.pop(group)
             self.rejoin_wishes.pop(group, None)
@@ -361,6 +368,7 @@ class RmpProcess(PacketRouting, Joining):
             join_floor=floor if joined_by is None and self.scmp.upper > 0 else 0,
             wall_offset=self.wall_offset,
             **({"delivered_before": self._delivered_before.pop(group)} if group in self._delivered_before else {}),
+            **({"kept_keys": kept} if (kept := self._kept_keys.pop(group, None)) is not None else {}),
         )
         self.engines[group] = engine
         engine.handle_timer(now)  # a joiner accepts the token it was named for at once
@@ -397,6 +405,8 @@ class RmpProcess(PacketRouting, Joining):
                                                            not_before=now)
                 self._last_seqs[group] = end.last_seqs
                 self._delivered_before[group] = end.delivered
+                if end.rejoin and engine.keys.ready and len(engine.keys):
+                    self._kept_keys[group] = engine.keys
                 self.stats.update(engine.stats)  # counters never go back when a group is left
                 del self.engines[group]
         for data in looped:

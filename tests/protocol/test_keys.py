@@ -8,7 +8,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from rmpd.protocol.config import EngineConfig
-from rmpd.protocol.events import AlreadyDelivered, Delivered, Left
+from rmpd.protocol.events import AlreadyDelivered, Delivered, Left, ViewInstalled
 from rmpd.protocol.fieldkinds import MAX_KEY, DecodeError, Keyed, well_formed_keys
 from rmpd.protocol.ids import ViewId
 from rmpd.protocol.keys import KeyRecord, KeyTable
@@ -329,3 +329,35 @@ def test_joiners_whose_table_holder_crashed_join_again_and_then_deliver_each_key
     assert keyed(net, 2) == [(b"order-2", b"new"), (b"order-3", b"after")]
     assert keyed(net, 0) == keyed(net, 3) == [(b"order-3", b"after")]
     assert [t.key for t in net.of_type(3, AlreadyDelivered)] == [b"order-2"]
+
+
+def test_a_group_founded_again_by_a_member_that_held_its_table_keeps_the_keys_delivered() -> None:
+    """Every membership of the group ends with both processes running (the other member unreachable, the one left
+    below the minimum partition); the first to rejoin finds nobody and founds the group again.  It keeps the keys
+    the group delivered, and the other, joining it, takes them: a copy resent then is left out, not delivered
+    again."""
+    net = Net(2)
+    a, b = net.pids
+
+    def members(i: int) -> set[str]:
+        view = net[i].view("g")
+        return set(view.members) if view is not None else set()
+
+    net.do(0, lambda p, now: p.create("g", now, min_partition=2))
+    net.do(1, lambda p, now: p.join("g", now))
+    net.advance(0.5)
+    send(net, 0, [b"first"], [b"order-1"])
+    net.advance(0.5)
+    assert keyed(net, 0) == keyed(net, 1) == [(b"order-1", b"first")]
+    net.down.add(b)
+    assert net.advance_until(lambda: bool(net.of_type(0, Left)), limit=30.0) is not None
+    assert [left.rejoining for left in net.of_type(0, Left)] == [True]
+    net.down.discard(b)
+    assert net.advance_until(lambda: members(0) == members(1) == {a, b}, limit=60.0) is not None
+    founded = [e.view for e in net.events[a] if isinstance(e, ViewInstalled) and e.members == (a,)]
+    assert len(founded) == 2, "the group was founded again"
+    send(net, 1, [b"again"], [b"order-1"])
+    send(net, 0, [b"new"], [b"order-2"])
+    net.advance(2.0)
+    assert keyed(net, 0) == keyed(net, 1) == [(b"order-1", b"first"), (b"order-2", b"new")]
+    assert [t.key for t in net.of_type(1, AlreadyDelivered)] == [b"order-1"]

@@ -47,7 +47,9 @@ class KeyedSends:
         self.left = [False] * slots
         self.resent = 0
         self.already_delivered = 0
-        self.abandoned = 0
+        self.abandoned: set[bytes] = set()
+        """Keys whose application left the group before they were settled: it resends them no more, so they may be
+        delivered nowhere (a program that leaves gives up what it was told is undelivered)."""
 
     @property
     def keys_made(self) -> int:
@@ -124,7 +126,7 @@ class KeyedSends:
         if not keys:
             return
         if self.left[slot]:
-            self.abandoned += len(keys)
+            self.abandoned.update(keys)
             for key in keys:
                 del self.unsettled[key]
             return

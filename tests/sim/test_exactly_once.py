@@ -37,6 +37,16 @@ def test_keyed_sends_under_crashes_and_a_partition_deliver_every_key_once() -> N
     assert resent > 0 and already > 0 and tables > 0
 
 
+def test_keys_an_application_gave_up_by_leaving_are_not_required_delivered() -> None:
+    """An application that leaves the group stops resending what was not settled: those keys may be delivered
+    nowhere, and the run still holds exactly-once (this seed's leaver left with four keys unsettled)."""
+    config = SimConfig(members=7, senders=4, messages=200, loss=0.1, crash=2, partition=True, joins=2, leaves=1,
+                       locks=True, calls=5, qos="mixed", keys=True, congestion="delay")
+    r = run_seed(config, 18)
+    assert r.keys_abandoned > 0 and r.keys_delivered == r.keys_sent - r.keys_abandoned
+    assert r.violations == [] and r.liveness and r.quiescent
+
+
 def test_a_key_ordered_only_by_a_cut_off_minority_is_resent_when_the_membership_ends() -> None:
     """A keyed message a minority's token site ordered but no majority held is never delivered; the engine's
     UndeliveredSends names only what was not ordered, so the application takes everything its ended membership did

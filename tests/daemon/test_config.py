@@ -193,7 +193,7 @@ def test_congestion_control_is_chosen_in_timers(tmp_path: Path) -> None:
     path = tmp_path / "rmpd.toml"
     path.write_text("[timers]\ncongestion = 'fixed'\n")
     assert load_config(path, {}).engine_config().congestion == "fixed"
-    assert DaemonConfig().engine_config().congestion == "rmp"
+    assert DaemonConfig().engine_config().congestion == "delay"
 
 
 def test_defaults_are_loopback_and_a_per_user_socket(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

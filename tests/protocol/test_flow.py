@@ -73,8 +73,8 @@ def test_cuts_stop_at_the_window_floor_and_never_raise_a_smaller_window() -> Non
     assert small.congested(1.0, 0.1) and small.window == 4000, "a cut never grows the window"
 
 
-def test_the_engine_floor_is_two_of_the_largest_packets_by_default() -> None:
-    ring = Ring(2, EngineConfig(max_packet=16000, initial_window=64000, journal=True))
+def test_the_papers_window_in_the_engine_keeps_a_floor_of_two_of_the_largest_packets() -> None:
+    ring = Ring(2, EngineConfig(congestion="rmp", max_packet=16000, initial_window=64000, journal=True))
     w = ring[0].sender.window
     for i in range(6):
         w.congested(1.0 + i, 0.1)
@@ -106,7 +106,8 @@ def test_one_packet_may_always_be_in_flight_however_large() -> None:
 
 
 def test_engine_keeps_its_bytes_in_flight_within_the_window() -> None:
-    ring = Ring(2, EngineConfig(initial_window=16000, min_packet=1000, max_packet=16000, journal=True))
+    ring = Ring(2, EngineConfig(congestion="rmp", initial_window=16000, min_packet=1000, max_packet=16000,
+                                journal=True))
     for i in range(20):
         ring.send(1, bytes([i]) * 6000, QoS.TOTAL)
     sender = ring[1]
@@ -119,7 +120,7 @@ def test_engine_keeps_its_bytes_in_flight_within_the_window() -> None:
 
 
 def test_a_nack_for_our_packet_halves_the_window_once() -> None:
-    ring = Ring(3, EngineConfig(initial_window=64000, min_window=1000, journal=True))
+    ring = Ring(3, EngineConfig(congestion="rmp", initial_window=64000, min_window=1000, journal=True))
     sender = ring[1]
     ring.send(1, b"x", QoS.TOTAL)
     ring.advance(0.5)
@@ -230,8 +231,9 @@ def test_a_batch_is_packed_as_the_per_message_rule_would(sizes: list[int], queue
 
 def test_a_batch_is_packed_at_once_even_with_the_window_open() -> None:
     """Messages handed over together share packets up to the packet limit: nothing is held back for it, and the
-    ring carries one datagram per packet instead of one per message."""
-    ring = Ring(3, EngineConfig(journal=True))
+    ring carries one datagram per packet instead of one per message.  (The paper's window, whose 64 KB start
+    lets every packet of the batch go at once.)"""
+    ring = Ring(3, EngineConfig(congestion="rmp", journal=True))
     sender = ring[1]
     payloads = [bytes([i]) * 1000 for i in range(40)]
     seqs = sender.send_batch(payloads, QoS.TOTAL, ring.now)
@@ -269,7 +271,8 @@ def test_congestion_control_is_chosen_by_config_and_a_fixed_window_never_moves()
     window.sent(16_000)
     window.ordered(16_000, 0.0, None)
     assert window.window == 100_000 and window.room() == 100_000
-    assert make_congestion_control(EngineConfig()).congested(1.0, 0.1), "the paper's window halves on a timeout"
+    assert make_congestion_control(EngineConfig(congestion="rmp")).congested(1.0, 0.1), "the paper's halves"
+    assert isinstance(make_congestion_control(EngineConfig()), DelayWindow), "the default reads queues"
     with pytest.raises(ValueError, match="unknown congestion control"):
         make_congestion_control(EngineConfig(congestion="cubic"))
 
@@ -375,7 +378,7 @@ def test_own_packets_ordered_as_token_site_count_until_the_next_site_has_the_pas
     assert sender.data_rtt.srtt == pytest.approx(0.02)
     ring.advance(1.0)
     assert ring.delivered(2) == [b"x" * 1000, b"y" * 2000]
-    paper = Ring(3, EngineConfig(min_packet=1400, max_packet=16000, journal=True))
+    paper = Ring(3, EngineConfig(congestion="rmp", min_packet=1400, max_packet=16000, journal=True))
     paper.send(0, b"x" * 1000)
     assert paper[0].sender.window.in_flight == 0
 

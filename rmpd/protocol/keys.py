@@ -85,8 +85,8 @@ class KeyTable:
     def for_founder(self) -> KeyTable:
         """This table (of an ended membership, whose table this process held) for a group this process founds
         anew: alone in its view, its table is the group's, and joiners take it from there.  Every membership of
-        the group may end with every process still running (reformations that kept failing); founded afresh, the
-        group then delivered again the keys it had delivered, when their senders resent them."""
+        the group may end with its processes still running (reformations that kept failing); a group founded
+        again with an empty table would deliver again every key its programs resend after the fault."""
         table = KeyTable(self.retention_count, self.retention_ms)
         table.entries = set(self.entries)
         table.order = deque(self.order)

@@ -119,8 +119,28 @@ def plan_launch(small: bool) -> JvmLaunch:
     except OSError:
         return JvmLaunch(tuple(options))
     _remove_abandoned(archive)
+    _remove_oldest(archive)
     writing = archive.with_name(f"{archive.name}.{os.getpid()}.tmp")
     return JvmLaunch((*options, f"-XX:ArchiveClassesAtExit={writing}", _QUIET_ARCHIVE), writing, archive)
+
+
+KEPT_ARCHIVES = 4
+"""Archives of other installs kept in the cache directory when a new one is written: one is written per Java, Spark
+and install of rmpd (every virtual environment has a PySpark path of its own), some 170 MB each, and one that an
+upgrade or a removed install left behind would otherwise stay for ever."""
+
+
+def _remove_oldest(archive: Path) -> None:
+    """Remove all but the ``KEPT_ARCHIVES`` newest archives beside ``archive`` (about to be written): an install
+    whose archive goes only writes it again at its next audit (the archive is a cache), and a JVM that maps one
+    keeps its mapping."""
+    others = []
+    for path in archive.parent.glob("spark-classes-*.jsa"):
+        with contextlib.suppress(OSError):
+            others.append((path.stat().st_mtime, path))
+    for _, path in sorted(others, reverse=True)[KEPT_ARCHIVES:]:
+        with contextlib.suppress(OSError):
+            path.unlink()
 
 
 def _remove_abandoned(archive: Path) -> None:

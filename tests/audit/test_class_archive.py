@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from rmpd.audit.job import SMALL_INPUT_BYTES
-from rmpd.audit.jvm import ARCHIVE_ENV, archive_path, is_small_local_input, plan_launch
+from rmpd.audit.jvm import ARCHIVE_ENV, KEPT_ARCHIVES, archive_path, is_small_local_input, plan_launch
 
 from .cases import write_case
 
@@ -69,6 +69,24 @@ def test_the_launch_maps_an_archive_writes_a_missing_one_or_neither(tmp_path: Pa
     assert f"-XX:SharedArchiveFile={archive_path()}" in maps.options and "-XX:TieredStopAtLevel=1" in maps.options
     monkeypatch.setenv(ARCHIVE_ENV, "off")
     assert not any("Archive" in option for option in plan_launch(small=True).options)
+
+
+def test_writing_an_archive_keeps_only_the_newest_others(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every install (a clone's virtual environment, an upgrade) writes an archive of its own: writing one removes
+    all but the newest KEPT_ARCHIVES of the others, and leaves what is not an archive alone."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    cache = archive_path().parent
+    cache.mkdir(parents=True)
+    others = [cache / f"spark-classes-{i:016x}.jsa" for i in range(KEPT_ARCHIVES + 3)]
+    for age, path in enumerate(reversed(others)):
+        path.write_bytes(b"archive")
+        os.utime(path, (1_700_000_000 - age * 3600, 1_700_000_000 - age * 3600))
+    unrelated = cache / "notes.txt"
+    unrelated.write_text("kept")
+    writes = plan_launch(small=True)
+    assert writes.writing is not None
+    assert sorted(cache.glob("spark-classes-*.jsa")) == others[-KEPT_ARCHIVES:]
+    assert unrelated.exists()
 
 
 def test_small_local_input_is_measured_before_spark_starts(tmp_path: Path) -> None:

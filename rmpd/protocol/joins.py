@@ -39,6 +39,7 @@ from .timers import Backoff
 
 if TYPE_CHECKING:
     from .engine import GroupEngine
+    from .keys import KeyTable
     from .view import View
 
 
@@ -71,8 +72,9 @@ class RejoinWish:
     backoff: float = 1.0
     group_heard: bool = False
     """An Alive of the group was heard since the wish began: the group exists somewhere."""
-    wishers: dict[ProcessId, float] = field(default_factory=dict)
-    """Members of ``last_view`` heard asking to join meanwhile, and when: they are in no view of the group either."""
+    wishers: dict[ProcessId, tuple[float, int]] = field(default_factory=dict)
+    """Members of ``last_view`` heard asking to join meanwhile: when, and the position of the key table each kept
+    (``ListChangeRequest.keys_position``).  They are in no view of the group either."""
 
 
 REJOIN_BACKOFF_MAX = 30.0
@@ -104,6 +106,8 @@ class Joining:
     _request_ids: RequestIds
     _group_heard_at: dict[str, float]
     _reformation_heard_at: dict[str, float]
+    _longer_history_heard_at: dict[str, float]
+    _kept_keys: dict[str, KeyTable]
     _out: OutputLists
 
     if TYPE_CHECKING:
@@ -121,13 +125,18 @@ class Joining:
         last_seq = self._last_seqs.get(group, (self._seq_base, self._seq_base))[0]
         request_id = self._request_ids.stamped(self.wall_ms(now))
         request = ListChangeRequest(group, None, self.pid, request_id, "join", last_seq,
-                                    self.multicast_capable, min_partition, ttl)
+                                    self.multicast_capable, min_partition, ttl, self._keys_position(group))
         ids = self._join_ids.setdefault(group, set())
         ids.add(request_id)
         attempt = JoinAttempt(request, Backoff(self.config.request_interval, self.config.rto_max), existing_only,
                               ids=ids)
         self.joining[group] = attempt
         self._send_join(attempt, now)
+
+    def _keys_position(self, group: str) -> int:
+        """The position of the key table this process kept from its last membership of ``group`` (0: none)."""
+        kept = self._kept_keys.get(group)
+        return 0 if kept is None else kept.position
 
     def keep_from_founding(self, group: str) -> bool:
         """Make the join of ``group`` under way fail, rather than found a view, if nobody answers it: the runtime heard
@@ -147,9 +156,13 @@ class Joining:
             self._group_heard_at[packet.group] = now
             self._heard_group(packet.group, now)
             return
+        if type(packet) is not ListChangeRequest:
+            return
+        if packet.keys_position > self._keys_position(packet.group):
+            self._longer_history_heard_at[packet.group] = now
         wish = self.rejoin_wishes.get(packet.group)
-        if wish is not None and type(packet) is ListChangeRequest and packet.src in wish.last_view:
-            wish.wishers[packet.src] = now
+        if wish is not None and packet.src in wish.last_view:
+            wish.wishers[packet.src] = (now, packet.keys_position)
 
     def _heard_group(self, group: str, now: float) -> None:
         """An Alive of a group this process wishes to rejoin: ask to join it, now that it can be heard."""
@@ -182,23 +195,28 @@ class Joining:
     def _unanswered_rejoin(self, group: str, now: float) -> None:
         """Nobody answered a rejoin.  If no Alive of the group was heard either, and enough members of the last
         view are asking too (as many as its minimum partition needs, this process included), the group has no
-        view left anywhere: the lowest of them founds it again and the others join.  Otherwise the wish waits, and
-        probes again after its back-off."""
+        view left anywhere: one of them founds it again and the others join.  The founder is the one whose kept
+        key table stands furthest in the group's history (the lowest process ID among equals): joiners take the
+        founder's table, and a founder holding less than another would let the group deliver again a key that
+        one had seen delivered.  Otherwise the wish waits, and probes again after its back-off."""
         wish = self.rejoin_wishes.get(group)
         if wish is None:
             return
-        wishers = self._asking(wish, now)
-        if not wish.group_heard and len(wishers) >= wish.needed and min(wishers) == self.pid:
+        wishers = self._asking(group, wish, now)
+        founder = min(wishers, key=lambda pid: (-wishers[pid], pid))
+        if not wish.group_heard and len(wishers) >= wish.needed and founder == self.pid:
             del self.rejoin_wishes[group]
             self.stats["refounded"] += 1
             self.create(group, now, min_partition=wish.min_partition, ttl=wish.ttl)
         wish.group_heard = False
 
-    def _asking(self, wish: RejoinWish, now: float) -> set[ProcessId]:
+    def _asking(self, group: str, wish: RejoinWish, now: float) -> dict[ProcessId, int]:
         """Members of the wish's last view asking to join right now (a joiner resends at least every ``rto_max``),
-        this process included."""
+        this process included, with the position of the key table each kept."""
         recent = now - 2 * self.config.rto_max
-        return {pid for pid, at in wish.wishers.items() if at >= recent} | {self.pid}
+        asking = {pid: position for pid, (at, position) in wish.wishers.items() if at >= recent}
+        asking[self.pid] = self._keys_position(group)
+        return asking
 
     def _rejoin_probes(self, now: float) -> None:
         """A wish that has heard nothing of its group asks to join now and then anyway, so that members left with
@@ -207,9 +225,10 @@ class Joining:
             if group not in self.joining and group not in self.engines and now >= wish.not_before:
                 self._ask_to_rejoin(group, wish, now)
 
-    def _heard_lately(self, heard_at: dict[str, float], group: str, now: float) -> bool:
+    def _heard_lately(self, heard_at: dict[str, float], group: str, now: float, within: float | None = None) -> bool:
+        """``group`` was heard in ``heard_at`` within ``within`` seconds (default: two Alive intervals)."""
         heard = heard_at.get(group)
-        return heard is not None and now - heard <= 2 * self.config.alive_interval
+        return heard is not None and now - heard <= (2 * self.config.alive_interval if within is None else within)
 
     def _join_timers(self, now: float) -> None:
         """Resend, give up on or found after the joins whose timers expired; probe for the groups wished for."""
@@ -218,8 +237,12 @@ class Joining:
                 if attempt.tries >= self.config.join_retries and not attempt.rejoin and (
                         (self._heard_lately(self._group_heard_at, group, now) and attempt.rounds < HEARD_ROUNDS)
                         or (self._heard_lately(self._reformation_heard_at, group, now)
-                        and attempt.rounds < REFORMATION_ROUNDS)):
-                    # The group can be heard: founding another view of it beside it would only make a merge.
+                        and attempt.rounds < REFORMATION_ROUNDS)
+                        or (self._heard_lately(self._longer_history_heard_at, group, now, 2 * self.config.rto_max)
+                        and attempt.rounds < HEARD_ROUNDS)):
+                    # The group can be heard: founding another view of it beside it would only make a merge.  Or
+                    # a process that kept the group's keys asks to join: it founds (``_unanswered_rejoin``), since
+                    # a view founded here would hand its joiners an emptier table.
                     self.stats["joins_kept_asking"] += 1
                     attempt.tries = 0
                     attempt.rounds += 1

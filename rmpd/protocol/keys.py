@@ -67,6 +67,10 @@ class KeyTable:
         """Keys kept since the last copy left out (``_index`` is dropped when this passes the table's size)."""
         self.clock = 0
         """The highest stamp delivered (ms): the group's time for retention, the same at every member."""
+        self.position = 0
+        """Keyed packets the group has delivered since it began: where in the group's history this table stands,
+        the same at every member at the same place of the order.  Of two processes that kept the table of the
+        same group, the one with the higher position has seen the longer history (``Joining``: it founds)."""
         self.awaiting = awaiting
         self.in_use = awaiting is not None
         """The group carried keyed messages while this process was in it (or before: it waits for their table).
@@ -91,6 +95,7 @@ class KeyTable:
         table.entries = set(self.entries)
         table.order = deque(self.order)
         table.clock = self.clock
+        table.position = self.position
         table.in_use = True
         return table
 
@@ -110,6 +115,7 @@ class KeyTable:
         kept from now on, and the group's time moves to ``stamp``."""
         entries, index = self.entries, self._index
         place = KeyRecord(ts, view, stamp)
+        self.position += 1
         repeated: list[tuple[int, KeyRecord]] = []
         before = len(entries)
         entries.update(keys)
@@ -170,7 +176,7 @@ class KeyTable:
         views: dict[ViewId, int] = {}
         rows = [[key, record.ts, views.setdefault(record.view, len(views)), record.stamp]
                 for key, record in self]
-        table = msgpack.packb([self.clock, [list(v) for v in views], rows], use_bin_type=True)
+        table = msgpack.packb([self.clock, [list(v) for v in views], rows, self.position], use_bin_type=True)
         count = max(1, -(-len(table) // PIECE_SIZE))
         target = list(view)
         return [msgpack.packb([target, index, count, table[index * PIECE_SIZE:(index + 1) * PIECE_SIZE]],
@@ -218,7 +224,8 @@ class KeyTable:
 
     def _install(self, table: bytes) -> bool:
         try:
-            clock, views, rows = msgpack.unpackb(table, raw=False, max_map_len=0)
+            clock, views, rows, position = msgpack.unpackb(table, raw=False, max_map_len=0)
+            clock, position = int(clock), int(position)
             view_ids = [ViewId(str(creator), int(counter)) for creator, counter in views]
             entries = {bytes(key): KeyRecord(int(ts), view_ids[at], int(stamp)) for key, ts, at, stamp in rows}
         except (ValueError, TypeError, IndexError, msgpack.ExtraData, msgpack.FormatError, msgpack.StackError):
@@ -228,7 +235,8 @@ class KeyTable:
         self.entries = set(entries)
         self.order = deque((place, tuple(keys)) for place, keys in groupby(entries, key=entries.__getitem__))
         self._index = None
-        self.clock = int(clock)
+        self.clock = clock
+        self.position = position
         return True
 
     def __iter__(self) -> Iterator[tuple[bytes, KeyRecord]]:

@@ -222,8 +222,12 @@ class ListChangeRequest(Packet):
     multicast_capable: bool
     min_partition: int
     ttl: int
+    keys_position: int = 0
+    """A join's: the position (``KeyTable.position``) of the key table its sender kept from its last membership of
+    the group, 0 for none; among processes asking to found the group again, the longest history founds."""
     TYPE: ClassVar[PacketType] = PacketType.LIST_CHANGE_REQUEST
-    KINDS: ClassVar[tuple[str, ...]] = ("str", "opt_view", "pid", "uint", "str", "opt_uint", "bool", "uint", "uint")
+    KINDS: ClassVar[tuple[str, ...]] = ("str", "opt_view", "pid", "uint", "str", "opt_uint", "bool", "uint", "uint",
+                                        "uint")
 
 
 @dataclass(frozen=True, slots=True)

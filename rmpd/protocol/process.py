@@ -91,6 +91,9 @@ class RmpProcess(PacketRouting, Joining):
         its group is heard is not answered yet (the token is on its way back), not a group nobody is in."""
         self._reformation_heard_at: dict[str, float] = {}
         """Per group being joined, when a reformation was last heard where it listens (``_maybe_our_group``)."""
+        self._longer_history_heard_at: dict[str, float] = {}
+        """Per group, when a process asking to join it last said it kept a key table of a longer history than
+        this process's (``Joining``: a join does not found the group beside it)."""
         self._join_ids: dict[str, set[int]] = {}
         """Per group, every join request ID issued since the last membership of it began: a New List answering any
         of them admits this process, whichever attempt (a rejoin makes one after another) is running now."""
@@ -247,7 +250,7 @@ class RmpProcess(PacketRouting, Joining):
             return Quorum(REFORMING if status.reforming else OPERATIONAL, status.view.size, status.needed)
         wish = self.rejoin_wishes.get(group)
         if wish is not None:
-            asking = self._asking(wish, now)
+            asking = self._asking(group, wish, now)
             heard = wish.group_heard or self._heard_lately(self._group_heard_at, group, now)
             return Quorum(REJOINING if heard or len(asking) >= wish.needed else BLOCKED, len(asking), wish.needed)
         if group in self.joining:

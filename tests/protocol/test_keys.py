@@ -259,6 +259,9 @@ def test_the_table_keeps_what_a_plain_model_keeps_and_hands_it_over_whole(
     assert not joiner.take_pieces("10.0.0.1:7000", tuple(table.pieces_for(ViewId("10.0.0.3:7000", 9))))
     assert joiner.take_pieces("10.0.0.1:7000", tuple(reversed(table.pieces_for(ViewId("10.0.0.2:7000", 9)))))
     assert list(joiner) == list(table) and joiner.clock == table.clock and joiner.ready
+    # Its place in the group's history comes with it: a keyed packet delivered is one step, copies or not.
+    assert joiner.position == table.position == len(packets)
+    assert table.for_founder().position == table.position
     # The joiner forgets as the table does from here on.
     for ts, (keys, stamp) in enumerate(packets, 100):
         assert table.deliver(tuple(keys), ts, view, stamp) == joiner.deliver(tuple(keys), ts, view, stamp)

@@ -57,6 +57,8 @@ class Deliverer:
             view = self.views.current
             if messages and type(body) is Keyed and ts is not None:
                 messages, keys, repeated = self._first_deliveries(packet, body, messages, ts, view.view_id)
+            elif packet.handler == KEYS_HANDLER and self.keys.merging and ts is not None:
+                self.keys.take_brought(packet.src, messages)
             if messages and packet.handler != KEYS_HANDLER:
                 handler = packet.handler
                 answer = handler is not None and handler < HANDLER_LOCKS and view.lock_holder(handler) == self.pid
@@ -140,6 +142,19 @@ class Deliverer:
             self.send_keys(self.keys.pieces_for(view_id), now)
         self.keys.owed.clear()
 
+    def _held_for_table(self, packet: Data | None, done: Data | None, now: float) -> bool:
+        """A member that may not decide keyed deliveries yet holds the first keyed one in the order, and what
+        follows it.  A joiner waits for the group's table (on_data takes it) and takes no table a member brought
+        before it holds the group's, into which that one is merged; a member waits for each brought table to be
+        merged, where the order delivers it."""
+        keyed = done is not None or (packet is not None and type(packet.payload) is Keyed)
+        if not self.keys.ready:
+            if keyed or (packet is not None and packet.handler == KEYS_HANDLER):
+                self.keys.wait_from(now, 2 * self.config.fail_after)
+                return True
+            return False
+        return keyed
+
     def source_chain(self, src: ProcessId, now: float) -> None:
         """Deliver source-ordered packets from ``src`` whose predecessors are all delivered."""
         ordering = self.ordering
@@ -153,9 +168,7 @@ class Deliverer:
             slot, packet, holders, need = step
             # (A group that never carried a key pays one attribute read per slot for this.)
             done = self._keyed_delivered_before(slot) if packet is None and self.keys.in_use else None
-            if not self.keys.ready and (done is not None or (packet is not None and type(packet.payload) is Keyed)):
-                # A joiner decides no keyed delivery before it holds the group's table (on_data takes it).
-                self.keys.wait_from(now, 2 * self.config.fail_after)
+            if not self.keys.decides and self._held_for_table(packet, done, now):
                 return
             if packet is not None:
                 self.deliver(packet, slot.ts, now, holders, need)
@@ -166,5 +179,8 @@ class Deliverer:
                 before = self.views.app
                 if not self.commit_view(slot.packet, now):
                     return
+                self.keys.keep_expecting(self.views.app.members)
+                if slot.packet.brings_keys and slot.packet.granted and slot.packet.request_src is not None:
+                    self.keys.expect(slot.packet.request_src)
                 if slot.packet.keys:
                     self._hand_keys_to_joiners(before, now)

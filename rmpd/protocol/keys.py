@@ -14,7 +14,11 @@ the first member of the view that was in the view before sends the table as it s
 the joiner, in totally ordered messages of its own handler (``KEYS_HANDLER``), and the joiner, before it delivers
 its first keyed message, waits until it holds the whole table (it takes the pieces as they arrive, before they are
 ordered: the table is of the New List's place, and the joiner has delivered no keyed message since).  Until then
-it delivers everything that carries no key, so nothing but keyed deliveries waits, and only at a joiner.
+it delivers everything that carries no key and is no message of KEYS_HANDLER.
+
+A process that kept a table of the group from an earlier membership brings it when it joins (``expect``,
+``take_brought``): its table may hold keys the group's lacks (it was in another view of the group, alive at the
+same time).  Every member merges it where the order delivers it, and decides no keyed delivery before.
 """
 
 from __future__ import annotations
@@ -36,6 +40,9 @@ PIECE_SIZE = 4096
 """Bytes of the encoded table per message of its transfer: packed several to a packet, never a fragment."""
 
 _MAX_PIECES = 1 << 16
+
+BROUGHT = "brought"
+"""What a piece of a table a member brought is addressed to (a joiner's table is addressed to its view)."""
 
 
 class KeyRecord(NamedTuple):
@@ -83,6 +90,9 @@ class KeyTable:
         """Views whose joiners this member is to send the table once it holds it (it was the member to send it
         when their New List was delivered, and waited for the table itself)."""
         self._pieces: dict[ProcessId, dict[int, bytes]] = {}
+        self.merging: dict[ProcessId, dict[int, bytes]] = {}
+        """Members admitted with a table they kept (``NewList.brings_keys``) whose table is not merged yet, with
+        the pieces of it delivered so far: no keyed delivery is decided until each is merged or its member gone."""
         self.refused = 0
         """Pieces of a table that were not well formed or not for this joiner (counted, dropped)."""
 
@@ -101,8 +111,54 @@ class KeyTable:
 
     @property
     def ready(self) -> bool:
-        """This member holds the group's table (it may decide keyed deliveries)."""
+        """This member holds the group's table (it may send it to joiners)."""
         return self.awaiting is None
+
+    @property
+    def decides(self) -> bool:
+        """This member may decide keyed deliveries: it holds the group's table, and every table a member brought
+        is merged into it."""
+        return self.awaiting is None and not self.merging
+
+    def expect(self, member: ProcessId) -> None:
+        """``member`` was admitted bringing a table of its own: it is merged where the order delivers it."""
+        self.in_use = True
+        self.merging.setdefault(member, {})
+
+    def keep_expecting(self, members: tuple[ProcessId, ...]) -> None:
+        """A view of ``members`` is installed: a member that brought a table and is gone before it was delivered
+        will not send the rest, and the group stops waiting for it (every member of the view that goes on delivered
+        the same pieces, so every one stops alike)."""
+        for member in [m for m in self.merging if m not in members]:
+            del self.merging[member]
+
+    def brought_pieces(self) -> list[bytes]:
+        """This table, to bring into a group this process joins: messages of at most about PIECE_SIZE bytes."""
+        table = self._encode()
+        count = max(1, -(-len(table) // PIECE_SIZE))
+        return [msgpack.packb([BROUGHT, index, count, table[index * PIECE_SIZE:(index + 1) * PIECE_SIZE]],
+                              use_bin_type=True) for index in range(count)]
+
+    def take_brought(self, src: ProcessId, messages: tuple[bytes, ...]) -> bool:
+        """Messages of KEYS_HANDLER from ``src``, delivered here in the order (a joiner delivers none before it
+        holds the group's table): pieces of a table ``src`` brought are collected, and the table is merged once
+        whole (True).  Anything else is not a brought table."""
+        pieces = self.merging.get(src)
+        if pieces is None:
+            return False
+        count = None
+        for message in messages:
+            piece = self._piece(message, BROUGHT)
+            if piece is None:
+                continue
+            index, count, chunk = piece
+            pieces[index] = chunk
+        if count is None or len(pieces) < count or not all(index in pieces for index in range(count)):
+            return False
+        del self.merging[src]
+        if not self._merge(b"".join(pieces[index] for index in range(count))):
+            self.refused += 1
+        return True
 
     def wait_from(self, now: float, patience: float) -> None:
         """A keyed delivery waits for the table: give it ``patience`` seconds from the first such wait."""
@@ -171,12 +227,17 @@ class KeyTable:
     # ------------------------------------------------------------------------------------------------------------
     # Transfer to joiners
 
-    def pieces_for(self, view: ViewId) -> list[bytes]:
-        """The table as it stands, for the joiners of ``view``: messages of at most about PIECE_SIZE bytes."""
+    def _encode(self) -> bytes:
+        """The table as it stands, with the members whose brought tables it still waits for."""
         views: dict[ViewId, int] = {}
         rows = [[key, record.ts, views.setdefault(record.view, len(views)), record.stamp]
                 for key, record in self]
-        table = msgpack.packb([self.clock, [list(v) for v in views], rows, self.position], use_bin_type=True)
+        merging = [[member, sorted(pieces.items())] for member, pieces in self.merging.items()]
+        return msgpack.packb([self.clock, [list(v) for v in views], rows, self.position, merging], use_bin_type=True)
+
+    def pieces_for(self, view: ViewId) -> list[bytes]:
+        """The table as it stands, for the joiners of ``view``: messages of at most about PIECE_SIZE bytes."""
+        table = self._encode()
         count = max(1, -(-len(table) // PIECE_SIZE))
         target = list(view)
         return [msgpack.packb([target, index, count, table[index * PIECE_SIZE:(index + 1) * PIECE_SIZE]],
@@ -190,7 +251,7 @@ class KeyTable:
         pieces = self._pieces.setdefault(src, {})
         count = None
         for message in messages:
-            piece = self._piece(message)
+            piece = self._piece(message, list(self.awaiting or ()))
             if piece is None:
                 self.refused += 1
                 continue
@@ -208,35 +269,67 @@ class KeyTable:
         self._pieces.clear()
         return True
 
-    def _piece(self, message: bytes) -> tuple[int, int, bytes] | None:
+    def _piece(self, message: bytes, target: object) -> tuple[int, int, bytes] | None:
+        """(index, count, chunk) of a piece addressed to ``target`` (a joiner's view as a list, or BROUGHT)."""
         try:
             fields = msgpack.unpackb(message, raw=False, max_array_len=4, max_map_len=0, max_bin_len=2 * PIECE_SIZE)
         except (ValueError, msgpack.ExtraData, msgpack.FormatError, msgpack.StackError):
             return None
-        if not (isinstance(fields, list) and len(fields) == 4 and isinstance(fields[0], list)
-                and len(fields[0]) == 2 and type(fields[1]) is int and type(fields[2]) is int
-                and type(fields[3]) is bytes):
+        if not (isinstance(fields, list) and len(fields) == 4 and type(fields[1]) is int
+                and type(fields[2]) is int and type(fields[3]) is bytes):
             return None
-        target, index, count, chunk = fields
-        if tuple(target) != tuple(self.awaiting or ()) or not 0 <= index < count <= _MAX_PIECES:
+        addressed, index, count, chunk = fields
+        if addressed != target or not 0 <= index < count <= _MAX_PIECES:
             return None
         return index, count, chunk
 
-    def _install(self, table: bytes) -> bool:
+    @staticmethod
+    def _decode(table: bytes) -> tuple[int, dict[bytes, KeyRecord], int, dict[ProcessId, dict[int, bytes]]] | None:
+        """(clock, key -> where it was delivered (oldest first), position, members whose brought tables are still
+        to merge with the pieces delivered so far) of an encoded table; None when it is not one a member keeps."""
         try:
-            clock, views, rows, position = msgpack.unpackb(table, raw=False, max_map_len=0)
+            clock, views, rows, position, merging = msgpack.unpackb(table, raw=False, max_map_len=0)
             clock, position = int(clock), int(position)
+            merging = {str(member): {int(index): bytes(chunk) for index, chunk in pieces}
+                       for member, pieces in merging}
             view_ids = [ViewId(str(creator), int(counter)) for creator, counter in views]
             entries = {bytes(key): KeyRecord(int(ts), view_ids[at], int(stamp)) for key, ts, at, stamp in rows}
         except (ValueError, TypeError, IndexError, msgpack.ExtraData, msgpack.FormatError, msgpack.StackError):
-            return False
+            return None
         if len(entries) != len(rows):
-            return False  # a key twice: not a table any member keeps
+            return None  # a key twice: not a table any member keeps
+        return clock, entries, position, merging
+
+    def _install(self, table: bytes) -> bool:
+        decoded = self._decode(table)
+        if decoded is None:
+            return False
+        clock, entries, position, merging = decoded
         self.entries = set(entries)
         self.order = deque((place, tuple(keys)) for place, keys in groupby(entries, key=entries.__getitem__))
         self._index = None
         self.clock = clock
         self.position = position
+        for member, pieces in merging.items():
+            self.merging.setdefault(member, {}).update(pieces)
+        return True
+
+    def _merge(self, table: bytes) -> bool:
+        """A table a member brought is merged here, at the same place of the order at every member: its keys this
+        table lacks are kept from now on (newest, where each was delivered in the brought table's history), the
+        group's time moves to the later of the two, and the position counts both histories."""
+        decoded = self._decode(table)
+        if decoded is None:
+            return False
+        clock, entries, position, _ = decoded
+        new = {key: place for key, place in entries.items() if key not in self.entries}
+        for place, keys in groupby(new, key=new.__getitem__):
+            kept = tuple(keys)
+            self.order.append((place, kept))
+            self.entries.update(kept)
+        self._index = None
+        self.position += position
+        self.advance(clock)
         return True
 
     def __iter__(self) -> Iterator[tuple[bytes, KeyRecord]]:

@@ -191,10 +191,13 @@ class NewList(Packet):
     join_floor: int = 0
     ttls: tuple[tuple[ProcessId, int], ...] = ()
     keys: bool = False
+    brings_keys: bool = False
+    """The process this New List admits kept a key table of the group (its join said so): every member holds its
+    keyed deliveries until that table, sent in the order, is merged into the group's (rmpd.protocol.keys)."""
     TYPE: ClassVar[PacketType] = PacketType.NEW_LIST
     KINDS: ClassVar[tuple[str, ...]] = (
         "view", "pid", "uint", "pid", "str", "view", "members", "seqs", "seqs", "locks", "uint",
-        "opt_pid", "opt_uint", "bool", "opt_str", "uint", "seqs", "bool",
+        "opt_pid", "opt_uint", "bool", "opt_str", "uint", "seqs", "bool", "bool",
     )
 
     @property

@@ -144,6 +144,7 @@ class ViewChanges:
                 tuple(seqs.items()), tuple(done.items()), change.locks, change.min_partition,
                 None if replaces else request.src, None if replaces else request.request_id, change.granted, None,
                 self.join_floor, change.ttls, self.keys.in_use,
+                admits and request.keys_position > 0,
             )
         return None
 

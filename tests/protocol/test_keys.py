@@ -364,3 +364,71 @@ def test_a_group_founded_again_by_a_member_that_held_its_table_keeps_the_keys_de
     net.advance(2.0)
     assert keyed(net, 0) == keyed(net, 1) == [(b"order-1", b"first"), (b"order-2", b"new")]
     assert [t.key for t in net.of_type(1, AlreadyDelivered)] == [b"order-1"]
+
+
+def test_a_member_merging_in_brings_the_keys_its_side_delivered() -> None:
+    """A partition splits a group of two (minimum partition 1: both sides go on) and each side delivers a key of
+    its own.  When it heals, one side's member merges into the other's view, bringing the table it kept; every
+    member merges it before deciding a keyed delivery, so a copy of either side's key, resent by either member,
+    is left out everywhere."""
+    net = group_of(2)
+    a, b = net.pids
+    send(net, 0, [b"both"], [b"k-both"])
+    net.advance(0.5)
+    cut = True
+    net.drop = lambda src, dst, p: cut and {src, dst} == {a, b}
+    alone = net.advance_until(lambda: all(net[i].view("g") is not None and net[i].view("g").members == (net.pids[i],)
+                                          for i in (0, 1)), limit=60)
+    assert alone is not None
+    send(net, 0, [b"side 0"], [b"k-0"])
+    send(net, 1, [b"side 1"], [b"k-1"])
+    net.advance(1.0)
+    cut = False
+    merged = net.advance_until(lambda: all(net[i].view("g") is not None and len(net[i].view("g").members) == 2
+                                           for i in (0, 1)), limit=120)
+    assert merged is not None
+    net.advance(2.0)
+    before = [len(keyed(net, i)) for i in (0, 1)]
+    send(net, 0, [b"again 1"], [b"k-1"])
+    send(net, 1, [b"again 0"], [b"k-0"])
+    send(net, 0, [b"new"], [b"k-new"])
+    net.advance(2.0)
+    for i in (0, 1):
+        assert keyed(net, i)[before[i]:] == [(b"k-new", b"new")]
+    assert [t.key for t in net.of_type(0, AlreadyDelivered)] == [b"k-1"]
+    assert [t.key for t in net.of_type(1, AlreadyDelivered)] == [b"k-0"]
+    assert sum(net[i].counters()["key_tables_brought"] for i in (0, 1)) == 1
+
+
+def test_a_brought_table_is_merged_alike_at_a_member_and_at_a_joiner_admitted_while_it_came() -> None:
+    """A table a member brought arrives in pieces; a joiner admitted between two of them takes the group's table
+    with the pieces delivered so far, and both merge the same keys once the last piece is delivered.  Until then
+    neither decides a keyed delivery; pieces from a member nobody waits for, or not well formed, change nothing,
+    and a member that is gone before its table came is no longer waited for."""
+    view, other_view = ViewId("10.0.0.1:7000", 1), ViewId("10.0.0.9:7000", 4)
+    group = KeyTable(100_000, 10**9)
+    group.deliver((b"shared", b"group-only"), 1, view, 10)
+    brought = KeyTable(100_000, 10**9)
+    for n in range(2000):
+        brought.deliver((f"side-{n}".encode(), b"shared") if n == 0 else (f"side-{n}".encode(),), n, other_view, n)
+    pieces = brought.brought_pieces()
+    assert len(pieces) > 2
+    member = "10.0.0.9:7000"
+    group.expect(member)
+    assert not group.decides and group.ready
+    assert not group.take_brought(member, tuple(pieces[:1]))
+    target = ViewId("10.0.0.1:7000", 2)
+    joiner = KeyTable(100_000, 10**9, awaiting=target)
+    assert joiner.take_pieces("10.0.0.1:7000", tuple(group.pieces_for(target)))
+    assert joiner.ready and not joiner.decides
+    assert not group.take_brought("10.0.0.5:7000", tuple(pieces[1:]))  # nobody waits for this member's
+    assert group.take_brought(member, (b"not msgpack", *pieces[1:]))
+    assert joiner.take_brought(member, tuple(pieces[1:]))
+    assert group.decides and joiner.decides
+    assert list(group) == list(joiner) and len(group) == 2 + 2000
+    assert group.position == joiner.position == 1 + 2000
+    assert group.deliver((b"side-7", b"shared", b"new"), 5, view, 20) == [(0, KeyRecord(7, other_view, 7)),
+                                                                          (1, KeyRecord(1, view, 10))]
+    group.expect("10.0.0.6:7000")
+    group.keep_expecting(("10.0.0.1:7000",))
+    assert group.decides

@@ -136,10 +136,7 @@ class PacketIntake:
                 reformation.commit(committed, now)  # the initiator committed: so do we
         view = views.known.get(packet.view)  # type: ignore[arg-type]
         if view is None:
-            if kind is Data and not self.departed and packet.qos.level != Level.UNRELIABLE and (  # type: ignore[attr-defined]
-                    packet.view is not None and self._of_our_lineage(packet.view.creator)) and (
-                    self.ordering.q.ts_of((src, packet.seq)) is not None  # type: ignore[attr-defined]
-                    or (self.frozen and reformation.names(src, packet.seq))):  # type: ignore[attr-defined]
+            if kind is Data and self.takes_earlier_data(packet):  # type: ignore[arg-type]
                 # Sent in a view before ours (before we joined, or before a reformation ordered it again): taken
                 # when an ACK we hold orders it (the ACK vouches for its identity) or, during a reformation, when
                 # the shared sync point names it (some member holds it, so every member must).  Nothing more: a
@@ -207,6 +204,15 @@ class PacketIntake:
         if isinstance(packet, (Ack, NewList)) and packet.ts > self.token.latest_ack_ts:
             self.repair.ring_passed_by()
             self._progress(now)
+
+    def takes_earlier_data(self, packet: Data) -> bool:
+        """Is ``packet``, stamped with a view this member does not know, one it takes all the same: sent in a view
+        of our group's history before ours, and ordered by an ACK this member holds or named by the sync point of
+        the reformation under way (``receive_packet`` says why)."""
+        return (not self.departed and packet.qos.level != Level.UNRELIABLE and packet.view is not None
+                and self._of_our_lineage(packet.view.creator)
+                and (self.ordering.q.ts_of((packet.src, packet.seq)) is not None
+                     or (self.frozen and self.reformation.names(packet.src, packet.seq))))
 
     def witness_of_unknown_view(self, packet: Packet) -> ProcessId | None:
         """A member of our view that can tell us about the view ``packet`` is stamped with (``Views.witness``)."""

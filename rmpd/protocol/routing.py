@@ -16,6 +16,7 @@ from .packets import (
     Ack,
     Alive,
     CallStatus,
+    Data,
     DecodeError,
     ListChangeRequest,
     NewList,
@@ -118,6 +119,10 @@ class PacketRouting:
         for engine in self.engines.values():
             if engine.witness_of_unknown_view(packet) is not None:
                 engine.receive_packet(packet, now)  # the engine notes a view it has not seen yet
+            elif type(packet) is Data and engine.takes_earlier_data(packet):
+                # A packet of a view before this member's, from a source no longer in the view (a NACK's
+                # answer): the ordering or the reformation under way needs it all the same.
+                engine.receive_packet(packet, now)
 
     _ROUTES: dict[type, Callable[[PacketRouting, Any, float], None]] = {
         NonMemberAck: _on_non_member_ack, NewList: _on_new_list, ListChangeRequest: _by_group,

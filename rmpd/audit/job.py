@@ -170,11 +170,19 @@ def _drop_log(spark: SparkSession | None) -> None:
         Path(log).unlink(missing_ok=True)
 
 
+_WRAPPERS = ("Exception thrown in awaitResult",)
+"""Java exceptions whose message names no cause of their own: the summary gives the cause they wrap instead."""
+
+
 def summary(exc: BaseException) -> str:
     """The line of a (usually Java) exception's text that says what went wrong, without its stack trace."""
     lines = [line.strip(" :\t") for line in str(exc).splitlines()]
     lines = [line for line in lines if line and not line.startswith(("An error occurred while calling", "at "))]
-    text = next((line for line in lines if "Exception" in line or "Error" in line), lines[0] if lines else "")
+    named = [line for line in lines if "Exception" in line or "Error" in line]
+    # A failure inside a broadcast or a subquery is wrapped in one that says only where it was awaited.
+    while len(named) > 1 and named[0].rstrip(" :").endswith(_WRAPPERS):
+        named = [line for line in named[1:] if line.startswith("Caused by")] or named[1:]
+    text = named[0].removeprefix("Caused by").strip(" :") if named else (lines[0] if lines else "")
     text = text or type(exc).__name__
     return text if len(text) <= 300 else text[:297] + "..."
 

@@ -1,7 +1,7 @@
 """Each record's place in its writer's journal as one number, ``pos``, so sorts and windows compare one long.
 
-A process's records are taken in the order it wrote them: by rotation number in the file name, then file (by a
-hash of its URI: an arbitrary but fixed order between files with the same rotation number), then input split
+A process's records are taken in the order it wrote them: by rotation number in the file name, then file (by its
+path: an arbitrary but fixed order between files with the same rotation number), then input split
 (``blk``, its byte offset), then Spark's row ID, which grows along each split.  Sorting on those four columns made
 every sort and window compare four keys per row; instead the job that fills the cache also lists the splits it
 read (a few rows per file), the driver orders them and gives each a block of numbers as wide as its range of row
@@ -11,14 +11,16 @@ across the whole input and orders one file's records as they were written.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from .inputs import local_path
 from .schema import POS
 
-_ROTATION = r"\.(\d+)\.json[l]?(\.gz)?$"
+_ROTATION = re.compile(r"\.(\d+)\.jsonl?(\.gz)?$")
 _PART_BITS = 33
 """``monotonically_increasing_id`` puts the partition number above the low 33 bits (row number in the partition)."""
 
@@ -30,8 +32,6 @@ class Split:
     file: str
     blk: int
     part: int
-    rot: int
-    fid: int
     lo: int
     hi: int
     rows: int
@@ -49,11 +49,6 @@ def splits(lines: DataFrame) -> list[Split]:
         lines.groupBy("file", "blk", part)
         .agg(F.min("rid").alias("lo"), F.max("rid").alias("hi"), F.count(F.lit(1)).alias("rows"),
              F.count("why").alias("bad"))
-        .select(
-            "*",
-            F.coalesce(F.regexp_extract("file", _ROTATION, 1).try_cast("int"), F.lit(0)).alias("rot"),
-            F.xxhash64("file").alias("fid"),
-        )
         .collect()
     )
     return [Split(**r.asDict()) for r in rows]
@@ -63,7 +58,7 @@ def positioned(spark: SparkSession, lines: DataFrame, found: list[Split]) -> Dat
     """``lines`` with ``pos`` in place of ``file``, ``blk`` and ``rid``."""
     base = 0
     deltas = []
-    for s in sorted(found, key=lambda s: (s.rot, s.fid, s.blk, s.part)):
+    for s in sorted(found, key=lambda s: (*journal_order(s.file), s.blk, s.part)):
         deltas.append((s.file, s.blk, s.part, base - s.lo))
         base += s.hi - s.lo + 1
     # SQL values, not ``createDataFrame`` of a Python list, whose rows a Python worker process must unpickle: an
@@ -76,6 +71,30 @@ def positioned(spark: SparkSession, lines: DataFrame, found: list[Split]) -> Dat
         .join(F.broadcast(table), ["file", "blk", "part"])
         .select(*keep, (F.col("rid") + F.col("delta")).alias(POS))
     )
+
+
+def journal_order(uri: str) -> tuple[int, str]:
+    """Where a journal file's records go among all files': by rotation number (0 when its name has none), then by
+    path (files of one process have distinct rotation numbers; the path only fixes an order between processes)."""
+    rotation = _ROTATION.search(uri)
+    return (int(rotation.group(1)) if rotation else 0, local_path(uri) or uri)
+
+
+def positioned_copies(spark: SparkSession, lines: DataFrame, copies: list[tuple[str, str, int]]) -> DataFrame:
+    """Records read from columnar copies (``copy`` the copy's file name, ``line`` the line number from 1) with
+    ``pos`` in place of both; ``copies`` lists ``(journal URI, copy's file name, records)``.
+
+    Each copy holds one journal whole, so its records take one block of numbers, in the journals' order.
+    """
+    base = 0
+    deltas = []
+    for _, name, rows in sorted(copies, key=lambda c: journal_order(c[0])):
+        deltas.append((name, base - 1))
+        base += rows
+    rows = ", ".join(f"({_sql_string(name)}, {delta}L)" for name, delta in deltas)
+    table = spark.sql(f"SELECT * FROM VALUES {rows} AS copies(copy, delta)")
+    keep = [c for c in lines.columns if c not in ("copy", "line")]
+    return lines.join(F.broadcast(table), "copy").select(*keep, (F.col("line") + F.col("delta")).alias(POS))
 
 
 def _sql_string(text: str) -> str:

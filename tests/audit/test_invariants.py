@@ -7,7 +7,9 @@ trace audited alone, with its JSON report, is tested through the CLI (``test_cli
 
 from __future__ import annotations
 
+import json
 import re
+from pathlib import Path
 
 import pytest
 from pyspark.sql import SparkSession
@@ -22,7 +24,8 @@ CLEAN = ("clean", "clean-gz-rotated", *VARIANTS)
 
 
 @pytest.fixture(scope="module")
-def combined(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> AuditReport:
+def cases(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Every case in one directory."""
     root = tmp_path_factory.mktemp("cases")
     for n, name in enumerate(BREAKERS):
         write_case(root, name, base=1000 * (n + 1))
@@ -31,7 +34,12 @@ def combined(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> A
     for n, name in enumerate([*VARIANTS, *MORE_BREAKERS]):
         write_case(root, name, base=70_000 + 1000 * n)
     (root / "README.txt").write_text("not a journal; directories only take *.jsonl[.gz]\n")
-    return run_audit(spark, [str(root)], examples=1000)
+    return root
+
+
+@pytest.fixture(scope="module")
+def combined(spark: SparkSession, cases: Path) -> AuditReport:
+    return run_audit(spark, [str(cases)], examples=1000)
 
 
 def violated_in(report: AuditReport, group: str) -> set[str]:
@@ -91,3 +99,23 @@ def test_exactly_once_names_each_key_and_member(combined: AuditReport) -> None:
 def test_clean_traces_pass(combined: AuditReport, group: str) -> None:
     assert violated_in(combined, group) == set()
 
+
+
+def test_columnar_copies_give_the_verdict_of_spark_s_json_reader(
+    spark: SparkSession, cases: Path, combined: AuditReport, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Every case's journals were read from columnar copies (``rmpd.audit.columnar``); Spark's own reader of the
+    JSON lines gives the same report: every count, note and example."""
+    journals = [p for p in cases.rglob("*.jsonl*") if p.suffix != ".parquet"]
+    copies = sorted(cases.rglob(".rmp-audit/*.parquet"))
+    assert len(copies) == len(journals) > 30
+    monkeypatch.setenv("RMP_AUDIT_COLUMNAR", "off")
+    read_by_spark = run_audit(spark, [str(cases)], examples=1000)
+
+    def shown(report: AuditReport) -> dict:
+        data = report.to_dict()
+        for entry in data["invariants"]:
+            entry["examples"] = sorted(json.dumps(e, sort_keys=True) for e in entry["examples"])
+        return data
+
+    assert shown(read_by_spark) == shown(combined)

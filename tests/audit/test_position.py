@@ -7,6 +7,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import pytest
 from pyspark.sql import SparkSession
 
 from rmpd.audit.job import run_audit
@@ -29,7 +30,11 @@ def small_splits(spark: SparkSession) -> Iterator[None]:
             spark.conf.set(k, v)
 
 
-def test_positions_follow_each_file(spark: SparkSession, tmp_path: Path) -> None:
+@pytest.mark.parametrize("columnar", ["on", "off"])
+def test_positions_follow_each_file(spark: SparkSession, tmp_path: Path, columnar: str,
+                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """Read from columnar copies, or by Spark in many splits."""
+    monkeypatch.setenv("RMP_AUDIT_COLUMNAR", columnar)
     path = write_case(tmp_path, "clean", base=96_000, rotate=13)
     with small_splits(spark):
         journals = read_journals(spark, [str(path)])
@@ -45,7 +50,9 @@ def test_positions_follow_each_file(spark: SparkSession, tmp_path: Path) -> None
         assert [(r.event, r.ts, r.seq) for r in read] == [(w["event"], w["ts"], w["seq"]) for w in written]
 
 
-def test_small_splits_give_the_same_verdict(spark: SparkSession, tmp_path: Path) -> None:
+def test_small_splits_give_the_same_verdict(spark: SparkSession, tmp_path: Path,
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("RMP_AUDIT_COLUMNAR", "off")  # splits are Spark's reader's
     path = write_case(tmp_path, "source-order", base=97_000)
     whole = run_audit(spark, [str(path)], examples=100).to_dict()
     with small_splits(spark):

@@ -143,10 +143,14 @@ class GroupEngine(PacketIntake, MembershipEnding, ReformationSide):
                                  awaiting=view.view_id if joined_by is not None and joined_by.keys else None)
         # A joiner that kept a table of the group (its join said so) brings it: every member merges it into the
         # group's where the order delivers it, and decides no keyed delivery before.
+        self._brought_keys: KeyTable | None = None
         brought = None
         if joined_by is not None and joined_by.brings_keys:
             brought = kept_keys or KeyTable(config.key_retention_count, int(config.key_retention_seconds * 1000))
-            self.keys.expect(pid)
+            if self.keys.ready:
+                # The group carried no keys: its table is the one this process brings, as it will be everywhere.
+                # (Otherwise the member sending the group's table merges this one into it first.)
+                self.keys = brought.for_founder()
         self.changes = ViewChanges(ctx, ordering, relay, self.keys, view_counter=view_counter, request_ids=request_ids,
                                    join_floor=join_floor, joined_by=joined_by)
         self.repair = repair = Repair(ctx, ordering, token, start_ts=start_ts, suspect=self.suspect_failure)
@@ -187,6 +191,7 @@ class GroupEngine(PacketIntake, MembershipEnding, ReformationSide):
         outbox.record("view", now, ts=start_ts, members=list(view.members), locks=[list(x) for x in view.locks],
                       view=str(view.view_id))
         if brought is not None:
+            self._brought_keys = brought
             self.stats["key_tables_brought"] += 1
             self.sender.send_now(brought.brought_pieces(), QoS(Level.TOTAL), KEYS_HANDLER, view.view_id, now)
 
@@ -257,6 +262,13 @@ class GroupEngine(PacketIntake, MembershipEnding, ReformationSide):
         sender = self.sender
         return MembershipEnd(self.departure.rejoin, self.views.current, self.reformation.minimum_partition(),
                              (sender.next_seq - 1, sender.next_unreliable_seq - 1), self.ordering.delivered_state())
+
+    def table_to_keep(self) -> KeyTable | None:
+        """The key table this process keeps when its membership ends by itself (``RmpProcess``): the group's, if
+        it holds it, else the one it brought, which the group's would have included."""
+        if self.keys.ready and len(self.keys):
+            return self.keys
+        return self._brought_keys if self._brought_keys is not None and len(self._brought_keys) else None
 
     def raise_latest(self, value: int) -> None:
         """SCMP ``latest`` reached stable storage (``CallRelay.raise_latest``)."""
@@ -440,7 +452,10 @@ class GroupEngine(PacketIntake, MembershipEnding, ReformationSide):
             messages = packet.payload if type(packet.payload) is tuple else (packet.payload,)
             if all(type(message) is bytes for message in messages) and self.keys.take_pieces(packet.src, messages):
                 self.stats["key_tables_taken"] += 1
+                self.deliverer.take_brought_held(now)
                 self.deliverer.send_owed_tables(now)
+        elif packet.handler == KEYS_HANDLER and self.keys.merging:
+            self.deliverer.take_brought(packet, now)
         if gap:
             self.repair.maybe_gap(packet.src)
         rule = DELIVERY_RULES[level]

@@ -219,6 +219,8 @@ class PacketIntake:
         return self.views.witness(packet, self.pid)
 
     def _on_new_list(self, nl: NewList, now: float) -> None:
+        if nl.brings_keys:
+            self.keys.in_use = True  # the group carries keys from here on: later joiners wait for its table
         if nl.request_src is not None or not self.reformation.on_new_list(nl, now):
             self.rotation.on_new_list(nl, now)
 

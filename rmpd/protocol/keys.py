@@ -14,11 +14,12 @@ the first member of the view that was in the view before sends the table as it s
 the joiner, in totally ordered messages of its own handler (``KEYS_HANDLER``), and the joiner, before it delivers
 its first keyed message, waits until it holds the whole table (it takes the pieces as they arrive, before they are
 ordered: the table is of the New List's place, and the joiner has delivered no keyed message since).  Until then
-it delivers everything that carries no key and is no message of KEYS_HANDLER.
+it delivers everything that carries no key, so nothing but keyed deliveries waits, and only at a joiner.
 
 A process that kept a table of the group from an earlier membership brings it when it joins (``expect``,
 ``take_brought``): its table may hold keys the group's lacks (it was in another view of the group, alive at the
-same time).  Every member merges it where the order delivers it, and decides no keyed delivery before.
+same time).  Every member takes its pieces as they arrive and merges it once whole, deciding no keyed delivery
+from the New List that admitted it until then, so every member merges it at that New List's place.
 """
 
 from __future__ import annotations
@@ -90,9 +91,10 @@ class KeyTable:
         """Views whose joiners this member is to send the table once it holds it (it was the member to send it
         when their New List was delivered, and waited for the table itself)."""
         self._pieces: dict[ProcessId, dict[int, bytes]] = {}
-        self.merging: dict[ProcessId, dict[int, bytes]] = {}
-        """Members admitted with a table they kept (``NewList.brings_keys``) whose table is not merged yet, with
-        the pieces of it delivered so far: no keyed delivery is decided until each is merged or its member gone."""
+        self.merging: dict[ProcessId, tuple[int, dict[int, bytes]]] = {}
+        """Members admitted with a table they kept (``NewList.brings_keys``) whose table is not merged yet: the
+        sequence number their messages as members start after, and the pieces of the table received so far.  No
+        keyed delivery is decided until each is merged or its member gone."""
         self.refused = 0
         """Pieces of a table that were not well formed or not for this joiner (counted, dropped)."""
 
@@ -116,14 +118,16 @@ class KeyTable:
 
     @property
     def decides(self) -> bool:
-        """This member may decide keyed deliveries: it holds the group's table, and every table a member brought
-        is merged into it."""
+        """This member may decide keyed deliveries, and send the table to joiners: it holds the group's table, and
+        every table a member brought is merged into it."""
         return self.awaiting is None and not self.merging
 
-    def expect(self, member: ProcessId) -> None:
-        """``member`` was admitted bringing a table of its own: it is merged where the order delivers it."""
+    def expect(self, member: ProcessId, after_seq: int) -> None:
+        """``member`` was admitted (its messages as a member start after ``after_seq``) bringing a table of its
+        own: it is merged as soon as it is here whole.  The keyed deliveries it would change wait until then, at
+        every member, so every member merges it at the same place of the order: the admitting New List's."""
         self.in_use = True
-        self.merging.setdefault(member, {})
+        self.merging[member] = (after_seq, {})
 
     def keep_expecting(self, members: tuple[ProcessId, ...]) -> None:
         """A view of ``members`` is installed: a member that brought a table and is gone before it was delivered
@@ -139,13 +143,14 @@ class KeyTable:
         return [msgpack.packb([BROUGHT, index, count, table[index * PIECE_SIZE:(index + 1) * PIECE_SIZE]],
                               use_bin_type=True) for index in range(count)]
 
-    def take_brought(self, src: ProcessId, messages: tuple[bytes, ...]) -> bool:
-        """Messages of KEYS_HANDLER from ``src``, delivered here in the order (a joiner delivers none before it
-        holds the group's table): pieces of a table ``src`` brought are collected, and the table is merged once
-        whole (True).  Anything else is not a brought table."""
-        pieces = self.merging.get(src)
-        if pieces is None:
+    def take_brought(self, src: ProcessId, seq: int, messages: tuple[bytes, ...]) -> bool:
+        """Messages of KEYS_HANDLER in packet ``seq`` of ``src``, received by a member that holds the group's table
+        (before they are ordered, as a joiner takes the group's table): pieces of a table ``src`` brought are
+        collected, and the table is merged once whole (True).  Anything else is not a brought table."""
+        waiting = self.merging.get(src)
+        if waiting is None or self.awaiting is not None or seq <= waiting[0]:
             return False
+        pieces = waiting[1]
         count = None
         for message in messages:
             piece = self._piece(message, BROUGHT)
@@ -228,12 +233,11 @@ class KeyTable:
     # Transfer to joiners
 
     def _encode(self) -> bytes:
-        """The table as it stands, with the members whose brought tables it still waits for."""
+        """The table as it stands."""
         views: dict[ViewId, int] = {}
         rows = [[key, record.ts, views.setdefault(record.view, len(views)), record.stamp]
                 for key, record in self]
-        merging = [[member, sorted(pieces.items())] for member, pieces in self.merging.items()]
-        return msgpack.packb([self.clock, [list(v) for v in views], rows, self.position, merging], use_bin_type=True)
+        return msgpack.packb([self.clock, [list(v) for v in views], rows, self.position], use_bin_type=True)
 
     def pieces_for(self, view: ViewId) -> list[bytes]:
         """The table as it stands, for the joiners of ``view``: messages of at most about PIECE_SIZE bytes."""
@@ -284,51 +288,47 @@ class KeyTable:
         return index, count, chunk
 
     @staticmethod
-    def _decode(table: bytes) -> tuple[int, dict[bytes, KeyRecord], int, dict[ProcessId, dict[int, bytes]]] | None:
-        """(clock, key -> where it was delivered (oldest first), position, members whose brought tables are still
-        to merge with the pieces delivered so far) of an encoded table; None when it is not one a member keeps."""
+    def _decode(table: bytes) -> tuple[int, dict[bytes, KeyRecord], int] | None:
+        """(clock, key -> where it was delivered (oldest first), position) of an encoded table; None when it is not
+        one a member keeps."""
         try:
-            clock, views, rows, position, merging = msgpack.unpackb(table, raw=False, max_map_len=0)
+            clock, views, rows, position = msgpack.unpackb(table, raw=False, max_map_len=0)
             clock, position = int(clock), int(position)
-            merging = {str(member): {int(index): bytes(chunk) for index, chunk in pieces}
-                       for member, pieces in merging}
             view_ids = [ViewId(str(creator), int(counter)) for creator, counter in views]
             entries = {bytes(key): KeyRecord(int(ts), view_ids[at], int(stamp)) for key, ts, at, stamp in rows}
         except (ValueError, TypeError, IndexError, msgpack.ExtraData, msgpack.FormatError, msgpack.StackError):
             return None
         if len(entries) != len(rows):
             return None  # a key twice: not a table any member keeps
-        return clock, entries, position, merging
+        return clock, entries, position
 
     def _install(self, table: bytes) -> bool:
         decoded = self._decode(table)
         if decoded is None:
             return False
-        clock, entries, position, merging = decoded
+        clock, entries, position = decoded
         self.entries = set(entries)
         self.order = deque((place, tuple(keys)) for place, keys in groupby(entries, key=entries.__getitem__))
         self._index = None
         self.clock = clock
         self.position = position
-        for member, pieces in merging.items():
-            self.merging.setdefault(member, {}).update(pieces)
         return True
 
     def _merge(self, table: bytes) -> bool:
-        """A table a member brought is merged here, at the same place of the order at every member: its keys this
-        table lacks are kept from now on (newest, where each was delivered in the brought table's history), the
-        group's time moves to the later of the two, and the position counts both histories."""
+        """A table a member brought is merged here: its keys this table lacks are kept from now on (newest, where
+        each was delivered in the brought table's history), the group's time moves to the later of the two, and so
+        does the position.  Merging a table twice changes nothing."""
         decoded = self._decode(table)
         if decoded is None:
             return False
-        clock, entries, position, _ = decoded
+        clock, entries, position = decoded
         new = {key: place for key, place in entries.items() if key not in self.entries}
         for place, keys in groupby(new, key=new.__getitem__):
             kept = tuple(keys)
             self.order.append((place, kept))
             self.entries.update(kept)
         self._index = None
-        self.position += position
+        self.position = max(self.position, position)
         self.advance(clock)
         return True
 

@@ -408,8 +408,9 @@ class RmpProcess(PacketRouting, Joining):
                                                            not_before=now)
                 self._last_seqs[group] = end.last_seqs
                 self._delivered_before[group] = end.delivered
-                if end.rejoin and engine.keys.ready and len(engine.keys):
-                    self._kept_keys[group] = engine.keys
+                kept = engine.table_to_keep() if end.rejoin else None
+                if kept is not None:
+                    self._kept_keys[group] = kept
                 self.stats.update(engine.stats)  # counters never go back when a group is left
                 del self.engines[group]
         for data in looped:

@@ -138,13 +138,15 @@ class ViewChanges:
             seqs = dict(self.ordering.ordered_upto)
             if admits:
                 seqs[request.src] = request.arg or 0  # a (re)joiner's messages start after this
+            brings_keys = admits and request.keys_position > 0
+            if brings_keys:
+                self.keys.in_use = True  # this view's later joiners wait for the group's table, with these keys
             return NewList(
                 view.view_id, self.pid, self.ordering.q.high + 1, next_site, self.group, view_id,
                 tuple((m, m not in change.unicast_only) for m in members),
                 tuple(seqs.items()), tuple(done.items()), change.locks, change.min_partition,
                 None if replaces else request.src, None if replaces else request.request_id, change.granted, None,
-                self.join_floor, change.ttls, self.keys.in_use,
-                admits and request.keys_position > 0,
+                self.join_floor, change.ttls, self.keys.in_use, brings_keys,
             )
         return None
 

@@ -57,6 +57,8 @@ class Deliverer:
             view = self.views.current
             if messages and type(body) is Keyed and ts is not None:
                 messages, keys, repeated = self._first_deliveries(packet, body, messages, ts, view.view_id)
+            elif packet.handler == KEYS_HANDLER and self.keys.merging and ts is not None:
+                self._take_brought(packet, messages)
             if messages and packet.handler != KEYS_HANDLER:
                 handler = packet.handler
                 answer = handler is not None and handler < HANDLER_LOCKS and view.lock_holder(handler) == self.pid
@@ -124,48 +126,37 @@ class Deliverer:
         stayed = [member for member in view.members if member in before]
         if not (stayed and stayed[0] == self.pid and len(stayed) < len(view.members)):
             return
-        # This member sends the table once it holds it whole: it may have joined lately and wait for the table
-        # itself, or wait for a table a member brought.  It delivered no keyed message since (it would be waiting
-        # there), so the table it will hold then is the table of this New List's place too (send_owed_tables).
-        self.keys.owed.append(view.view_id)
+        if self.keys.ready:
+            self.stats["key_tables_sent"] += 1
+            self.send_keys(self.keys.pieces_for(view.view_id), now)
+        else:
+            # This member joined lately and waits for the table itself.  It delivered no keyed message, and took
+            # no brought table, since it was admitted (it would be waiting there), so the table it is about to
+            # receive is the table of this New List's place too: it sends it on once it holds it.
+            self.keys.owed.append(view.view_id)
 
     def send_owed_tables(self, now: float) -> None:
-        """Once this member holds the table whole, send it to the joiners it owes it to
-        (:meth:`_hand_keys_to_joiners`)."""
-        if not self.keys.decides:
-            return
+        """This member now holds the table: send it to the joiners it owes it to (:meth:`_hand_keys_to_joiners`)."""
         for view_id in self.keys.owed:
             self.stats["key_tables_sent"] += 1
             self.send_keys(self.keys.pieces_for(view_id), now)
         self.keys.owed.clear()
 
-    def take_brought(self, packet: Data, now: float) -> None:
-        """A packet of KEYS_HANDLER received: pieces of a table its sender brought (``KeyTable.take_brought``)."""
-        body = packet.payload
-        messages = body if type(body) is tuple else (body,)
+    def _take_brought(self, packet: Data, messages: tuple[bytes, ...]) -> None:
+        """A packet of KEYS_HANDLER delivered: pieces of a table its sender brought (``KeyTable.take_brought``)."""
         if all(type(message) is bytes for message in messages) and self.keys.take_brought(
-                packet.src, packet.seq, messages):  # type: ignore[arg-type]
+                packet.src, packet.seq, messages):
             self.stats["key_tables_merged"] += 1
-            self.send_owed_tables(now)
-
-    def take_brought_held(self, now: float) -> None:
-        """Pieces of brought tables this member received before it waited for them (the New List admitting their
-        sender was not delivered here yet, or this member still waited for the group's table)."""
-        merging = self.keys.merging
-        if not merging or not self.keys.ready:
-            return
-        for (src, _), packet in list(self.ordering.data.items()):
-            if src in merging and packet.handler == KEYS_HANDLER:
-                self.take_brought(packet, now)
 
     def _held_for_table(self, packet: Data | None, done: Data | None, now: float) -> bool:
-        """A member that may not decide keyed deliveries yet holds the first keyed one in the order, and what
-        follows it: a joiner until the group's table is here, every member until each table a member brought is
-        (on_data takes both as they arrive)."""
-        keyed = done is not None or (packet is not None and type(packet.payload) is Keyed)
-        if keyed and not self.keys.ready:
+        """A joiner decides no keyed delivery before it holds the group's table (on_data takes it), nor takes a
+        table a member brought, which is merged into the group's: it holds the first such packet in the order, and
+        what follows it."""
+        if done is not None or (packet is not None and (type(packet.payload) is Keyed
+                                                        or packet.handler == KEYS_HANDLER)):
             self.keys.wait_from(now, 2 * self.config.fail_after)
-        return keyed
+            return True
+        return False
 
     def source_chain(self, src: ProcessId, now: float) -> None:
         """Deliver source-ordered packets from ``src`` whose predecessors are all delivered."""
@@ -180,7 +171,7 @@ class Deliverer:
             slot, packet, holders, need = step
             # (A group that never carried a key pays one attribute read per slot for this.)
             done = self._keyed_delivered_before(slot) if packet is None and self.keys.in_use else None
-            if not self.keys.decides and self._held_for_table(packet, done, now):
+            if not self.keys.ready and self._held_for_table(packet, done, now):
                 return
             if packet is not None:
                 self.deliver(packet, slot.ts, now, holders, need)
@@ -195,7 +186,5 @@ class Deliverer:
                 if slot.packet.brings_keys and slot.packet.granted and slot.packet.request_src is not None:
                     joiner = slot.packet.request_src
                     self.keys.expect(joiner, dict(slot.packet.seqs).get(joiner, 0))
-                    self.take_brought_held(now)
                 if slot.packet.keys:
                     self._hand_keys_to_joiners(before, now)
-                self.send_owed_tables(now)

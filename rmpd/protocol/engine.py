@@ -142,15 +142,12 @@ class GroupEngine(PacketIntake, MembershipEnding, ReformationSide):
             self.keys = KeyTable(config.key_retention_count, int(config.key_retention_seconds * 1000),
                                  awaiting=view.view_id if joined_by is not None and joined_by.keys else None)
         # A joiner that kept a table of the group (its join said so) brings it: every member merges it into the
-        # group's where the order delivers it, and decides no keyed delivery before.
+        # group's where the order delivers it.
         self._brought_keys: KeyTable | None = None
         brought = None
         if joined_by is not None and joined_by.brings_keys:
             brought = kept_keys or KeyTable(config.key_retention_count, int(config.key_retention_seconds * 1000))
-            if self.keys.ready:
-                # The group carried no keys: its table is the one this process brings, as it will be everywhere.
-                # (Otherwise the member sending the group's table merges this one into it first.)
-                self.keys = brought.for_founder()
+            self.keys.expect(pid, dict(joined_by.seqs).get(pid, 0))  # its own table too, where the order has it
         self.changes = ViewChanges(ctx, ordering, relay, self.keys, view_counter=view_counter, request_ids=request_ids,
                                    join_floor=join_floor, joined_by=joined_by)
         self.repair = repair = Repair(ctx, ordering, token, start_ts=start_ts, suspect=self.suspect_failure)
@@ -452,10 +449,7 @@ class GroupEngine(PacketIntake, MembershipEnding, ReformationSide):
             messages = packet.payload if type(packet.payload) is tuple else (packet.payload,)
             if all(type(message) is bytes for message in messages) and self.keys.take_pieces(packet.src, messages):
                 self.stats["key_tables_taken"] += 1
-                self.deliverer.take_brought_held(now)
                 self.deliverer.send_owed_tables(now)
-        elif packet.handler == KEYS_HANDLER and self.keys.merging:
-            self.deliverer.take_brought(packet, now)
         if gap:
             self.repair.maybe_gap(packet.src)
         rule = DELIVERY_RULES[level]

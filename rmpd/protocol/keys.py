@@ -14,12 +14,13 @@ the first member of the view that was in the view before sends the table as it s
 the joiner, in totally ordered messages of its own handler (``KEYS_HANDLER``), and the joiner, before it delivers
 its first keyed message, waits until it holds the whole table (it takes the pieces as they arrive, before they are
 ordered: the table is of the New List's place, and the joiner has delivered no keyed message since).  Until then
-it delivers everything that carries no key, so nothing but keyed deliveries waits, and only at a joiner.
+it delivers everything that carries no key and is no message of KEYS_HANDLER (a brought table's pieces, below).
 
 A process that kept a table of the group from an earlier membership brings it when it joins (``expect``,
 ``take_brought``): its table may hold keys the group's lacks (it was in another view of the group, alive at the
-same time).  Every member takes its pieces as they arrive and merges it once whole, deciding no keyed delivery
-from the New List that admitted it until then, so every member merges it at that New List's place.
+same time).  Every member merges it where the order delivers its last piece.  Keyed deliveries do not wait for
+it (they would wait for ever for pieces ordered after them): a keyed message ordered between the New List that
+admitted the process and that place is decided without its keys, alike everywhere.
 """
 
 from __future__ import annotations
@@ -93,8 +94,7 @@ class KeyTable:
         self._pieces: dict[ProcessId, dict[int, bytes]] = {}
         self.merging: dict[ProcessId, tuple[int, dict[int, bytes]]] = {}
         """Members admitted with a table they kept (``NewList.brings_keys``) whose table is not merged yet: the
-        sequence number their messages as members start after, and the pieces of the table received so far.  No
-        keyed delivery is decided until each is merged or its member gone."""
+        sequence number their messages as members start after, and the pieces of the table delivered so far."""
         self.refused = 0
         """Pieces of a table that were not well formed or not for this joiner (counted, dropped)."""
 
@@ -116,16 +116,9 @@ class KeyTable:
         """This member holds the group's table (it may send it to joiners)."""
         return self.awaiting is None
 
-    @property
-    def decides(self) -> bool:
-        """This member may decide keyed deliveries, and send the table to joiners: it holds the group's table, and
-        every table a member brought is merged into it."""
-        return self.awaiting is None and not self.merging
-
     def expect(self, member: ProcessId, after_seq: int) -> None:
         """``member`` was admitted (its messages as a member start after ``after_seq``) bringing a table of its
-        own: it is merged as soon as it is here whole.  The keyed deliveries it would change wait until then, at
-        every member, so every member merges it at the same place of the order: the admitting New List's."""
+        own: it is merged where the order delivers its last piece, at every member alike."""
         self.in_use = True
         self.merging[member] = (after_seq, {})
 
@@ -144,9 +137,9 @@ class KeyTable:
                               use_bin_type=True) for index in range(count)]
 
     def take_brought(self, src: ProcessId, seq: int, messages: tuple[bytes, ...]) -> bool:
-        """Messages of KEYS_HANDLER in packet ``seq`` of ``src``, received by a member that holds the group's table
-        (before they are ordered, as a joiner takes the group's table): pieces of a table ``src`` brought are
-        collected, and the table is merged once whole (True).  Anything else is not a brought table."""
+        """Messages of KEYS_HANDLER in packet ``seq`` of ``src``, delivered here in the order (a joiner delivers
+        none before it holds the group's table): pieces of a table ``src`` brought are collected, and the table is
+        merged with the last of them (True).  Anything else is not a brought table."""
         waiting = self.merging.get(src)
         if waiting is None or self.awaiting is not None or seq <= waiting[0]:
             return False

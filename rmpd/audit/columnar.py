@@ -65,12 +65,18 @@ class NotCopied(Exception):
 
 
 SWITCH_ENV = "RMP_AUDIT_COLUMNAR"
-"""``off`` reads every journal with Spark's own JSON reader, making no copies."""
+"""``off`` reads every journal with Spark's own JSON reader, making no copies; ``on`` copies a small input too."""
 
 
-def enabled() -> bool:
-    """Whether the audit makes and reads columnar copies (not when ``RMP_AUDIT_COLUMNAR=off``)."""
-    return os.environ.get(SWITCH_ENV, "").lower() != "off"
+def wanted(small: bool) -> bool:
+    """Whether an audit of a ``small`` input (or a large one) makes and reads columnar copies.
+
+    A small input is parsed by Spark in a fraction of a second, and a first audit of it was slower with a copy
+    (Arrow to import, the copy to write, Spark's Parquet reader to load), so only a large one is copied unless
+    ``RMP_AUDIT_COLUMNAR`` says ``on`` or ``off``.
+    """
+    setting = os.environ.get(SWITCH_ENV, "").lower()
+    return setting == "on" or (setting != "off" and not small)
 
 
 def available() -> bool:

@@ -117,7 +117,7 @@ def read_journals(spark: SparkSession, paths: list[str], one_partition: bool = F
     spent most of its time running dozens of stages of a few rows each runs a handful.
     """
     files = list_files(spark, paths)
-    made = columnar.copies(files) if columnar.enabled() else None
+    made = columnar.copies(files) if columnar.wanted(small=one_partition) else None
     if made is not None:
         return _read_copies(spark, paths, files, made, one_partition)
     raw = parse(spark, files)

@@ -1,5 +1,6 @@
 """Columnar copies of journals (``rmpd.audit.columnar``): made once, made again when a journal changes, and never
-made for a journal Spark's own reader would read differently, which is then read by Spark with the same verdict."""
+made for a journal Spark's own reader would read differently, which is then read by Spark with the same verdict.
+These inputs are small, which the audit reads with Spark unless ``RMP_AUDIT_COLUMNAR=on``."""
 
 from __future__ import annotations
 
@@ -24,7 +25,9 @@ def verdict(report: AuditReport) -> list[tuple[str, int, int]]:
     return [(r.name, r.checked, r.violations) for r in report.results]
 
 
-def test_a_changed_journal_is_copied_again(spark: SparkSession, tmp_path: Path) -> None:
+def test_a_changed_journal_is_copied_again(spark: SparkSession, tmp_path: Path,
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("RMP_AUDIT_COLUMNAR", "on")  # a small input too
     path = write_case(tmp_path, "clean", base=84_000)
     first = run_audit(spark, [str(path)])
     made = copies_of(path)
@@ -59,6 +62,7 @@ def test_journals_a_copy_cannot_hold_are_read_by_spark(spark: SparkSession, tmp_
     lines = victim.read_text().splitlines()
     lines = [_unusual(line) for line in lines] if change == "unusual records" else [*lines[:5], "", *lines[5:]]
     victim.write_text("\n".join(lines) + "\n")
+    monkeypatch.setenv("RMP_AUDIT_COLUMNAR", "on")
     report = run_audit(spark, [str(path)], examples=100)
     assert copies_of(path) == [] or victim.name not in " ".join(p.name for p in copies_of(path))
     assert report.violated() == ["source-order"]

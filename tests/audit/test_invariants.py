@@ -104,13 +104,13 @@ def test_clean_traces_pass(combined: AuditReport, group: str) -> None:
 def test_columnar_copies_give_the_verdict_of_spark_s_json_reader(
     spark: SparkSession, cases: Path, combined: AuditReport, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """Every case's journals were read from columnar copies (``rmpd.audit.columnar``); Spark's own reader of the
-    JSON lines gives the same report: every count, note and example."""
+    """Read from columnar copies (``rmpd.audit.columnar``, which a small input takes only when told to), every case
+    gives the report Spark's own reader of the JSON lines gives: every count, note and example."""
+    monkeypatch.setenv("RMP_AUDIT_COLUMNAR", "on")
+    from_copies = run_audit(spark, [str(cases)], examples=1000)
     journals = [p for p in cases.rglob("*.jsonl*") if p.suffix != ".parquet"]
     copies = sorted(cases.rglob(".rmp-audit/*.parquet"))
     assert len(copies) == len(journals) > 30
-    monkeypatch.setenv("RMP_AUDIT_COLUMNAR", "off")
-    read_by_spark = run_audit(spark, [str(cases)], examples=1000)
 
     def shown(report: AuditReport) -> dict:
         data = report.to_dict()
@@ -118,4 +118,4 @@ def test_columnar_copies_give_the_verdict_of_spark_s_json_reader(
             entry["examples"] = sorted(json.dumps(e, sort_keys=True) for e in entry["examples"])
         return data
 
-    assert shown(read_by_spark) == shown(combined)
+    assert shown(from_copies) == shown(combined)

@@ -113,7 +113,7 @@ class KeyTable:
 
     @property
     def ready(self) -> bool:
-        """This member holds the group's table (it may send it to joiners)."""
+        """This member holds the group's table (it may decide keyed deliveries)."""
         return self.awaiting is None
 
     def expect(self, member: ProcessId, after_seq: int) -> None:
@@ -123,9 +123,9 @@ class KeyTable:
         self.merging[member] = (after_seq, {})
 
     def keep_expecting(self, members: tuple[ProcessId, ...]) -> None:
-        """A view of ``members`` is installed: a member that brought a table and is gone before it was delivered
-        will not send the rest, and the group stops waiting for it (every member of the view that goes on delivered
-        the same pieces, so every one stops alike)."""
+        """A view of ``members`` is installed: a member that brought a table and is gone before all of it was
+        delivered will not send the rest, and the pieces delivered are dropped (every member of the view that goes
+        on delivered the same pieces, so every one drops them alike)."""
         for member in [m for m in self.merging if m not in members]:
             del self.merging[member]
 

@@ -151,8 +151,10 @@ def read_journals(spark: SparkSession, paths: list[str], one_partition: bool = F
 
 def _read_copies(spark: SparkSession, paths: list[str], files: list[str], made: list[columnar.Copy],
                  one_partition: bool) -> Journals:
-    """The records of journals that all have columnar copies (``columnar``): already valid and counted, so reading
-    them is a scan of Parquet files that the checks repeat (it costs less than caching them)."""
+    """The records of journals that all have columnar copies (``columnar``): already valid and counted, so no job
+    runs here.  A large input's records, with their positions, are cached as the checks' query first reads them:
+    its twenty-odd scans of the records then read memory, not Parquet decoded again and joined to the positions
+    (10 million records took about a quarter longer uncached)."""
     count = sum(c.rows for c in made)
     if count == 0:
         raise UnreadableInput(", ".join(paths), None, "no records (every journal file is empty)")
@@ -164,7 +166,8 @@ def _read_copies(spark: SparkSession, paths: list[str], files: list[str], made: 
     named = [(uri, Path(c.parquet).name, c.rows) for uri, c in zip(files, made, strict=True)]
     records = positioned_copies(spark, lines, named)
     if not one_partition:
-        return Journals(records, count, ())
+        records = records.persist()
+        return Journals(records, count, (records,))
     return Journals(one_partition_table(spark, records.localCheckpoint()), count, ())
 
 

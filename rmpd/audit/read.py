@@ -158,7 +158,8 @@ def _read_copies(spark: SparkSession, paths: list[str], files: list[str], made: 
     count = sum(c.rows for c in made)
     if count == 0:
         raise UnreadableInput(", ".join(paths), None, "no records (every journal file is empty)")
-    scan = spark.read.parquet(*[Path(c.parquet).as_uri() for c in made])
+    # ``file:`` and the path as it is: Hadoop takes a URI's text as written (``as_uri`` would escape a space as %20).
+    scan = spark.read.parquet(*[f"file://{c.parquet}" for c in made])
     lines = scan.select(
         *[F.expr(qos_name(c)).alias(c) if c == "qos" else F.col(c) for c in COLUMNS],
         F.col("_metadata.file_name").alias("copy"), columnar.LINE,

@@ -28,7 +28,7 @@ def verdict(report: AuditReport) -> list[tuple[str, int, int]]:
 def test_a_changed_journal_is_copied_again(spark: SparkSession, tmp_path: Path,
                                            monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("RMP_AUDIT_COLUMNAR", "on")  # a small input too
-    path = write_case(tmp_path, "clean", base=84_000)
+    path = write_case(tmp_path / "a directory", "clean", base=84_000)  # a space, which a URI would escape
     first = run_audit(spark, [str(path)])
     made = copies_of(path)
     assert first.ok and len(made) == 3

@@ -144,9 +144,9 @@ class GroupEngine(PacketIntake, MembershipEnding, ReformationSide):
         # A joiner that kept a table of the group (its join said so) brings it: every member merges it into the
         # group's where the order delivers it.
         self._brought_keys: KeyTable | None = None
-        brought = None
         if joined_by is not None and joined_by.brings_keys:
-            brought = kept_keys or KeyTable(config.key_retention_count, int(config.key_retention_seconds * 1000))
+            self._brought_keys = kept_keys or KeyTable(config.key_retention_count,
+                                                       int(config.key_retention_seconds * 1000))
             self.keys.expect(pid, dict(joined_by.seqs).get(pid, 0))  # its own table too, where the order has it
         self.changes = ViewChanges(ctx, ordering, relay, self.keys, view_counter=view_counter, request_ids=request_ids,
                                    join_floor=join_floor, joined_by=joined_by)
@@ -187,10 +187,10 @@ class GroupEngine(PacketIntake, MembershipEnding, ReformationSide):
         outbox.event(ViewInstalled(group, view.view_id, view.members, start_ts))
         outbox.record("view", now, ts=start_ts, members=list(view.members), locks=[list(x) for x in view.locks],
                       view=str(view.view_id))
-        if brought is not None:
-            self._brought_keys = brought
+        if self._brought_keys is not None:
             self.stats["key_tables_brought"] += 1
-            self.sender.send_now(brought.brought_pieces(), QoS(Level.TOTAL), KEYS_HANDLER, view.view_id, now)
+            self.sender.send_now(self._brought_keys.brought_pieces(), QoS(Level.TOTAL), KEYS_HANDLER, view.view_id,
+                                 now)
 
     # ------------------------------------------------------------------------------------------------------------
     # What callers may read

@@ -131,10 +131,7 @@ class KeyTable:
 
     def brought_pieces(self) -> list[bytes]:
         """This table, to bring into a group this process joins: messages of at most about PIECE_SIZE bytes."""
-        table = self._encode()
-        count = max(1, -(-len(table) // PIECE_SIZE))
-        return [msgpack.packb([BROUGHT, index, count, table[index * PIECE_SIZE:(index + 1) * PIECE_SIZE]],
-                              use_bin_type=True) for index in range(count)]
+        return self._split(BROUGHT)
 
     def take_brought(self, src: ProcessId, seq: int, messages: tuple[bytes, ...]) -> bool:
         """Messages of KEYS_HANDLER in packet ``seq`` of ``src``, delivered here in the order (a joiner delivers
@@ -143,18 +140,11 @@ class KeyTable:
         waiting = self.merging.get(src)
         if waiting is None or self.awaiting is not None or seq <= waiting[0]:
             return False
-        pieces = waiting[1]
-        count = None
-        for message in messages:
-            piece = self._piece(message, BROUGHT)
-            if piece is None:
-                continue
-            index, count, chunk = piece
-            pieces[index] = chunk
-        if count is None or len(pieces) < count or not all(index in pieces for index in range(count)):
+        table, _ = self._gather(waiting[1], messages, BROUGHT)
+        if table is None:
             return False
         del self.merging[src]
-        if not self._merge(b"".join(pieces[index] for index in range(count))):
+        if not self._merge(table):
             self.refused += 1
         return True
 
@@ -234,29 +224,41 @@ class KeyTable:
 
     def pieces_for(self, view: ViewId) -> list[bytes]:
         """The table as it stands, for the joiners of ``view``: messages of at most about PIECE_SIZE bytes."""
+        return self._split(list(view))
+
+    def _split(self, address: object) -> list[bytes]:
+        """The table as it stands, in pieces addressed to ``address`` (a joiner's view as a list, or BROUGHT)."""
         table = self._encode()
         count = max(1, -(-len(table) // PIECE_SIZE))
-        target = list(view)
-        return [msgpack.packb([target, index, count, table[index * PIECE_SIZE:(index + 1) * PIECE_SIZE]],
+        return [msgpack.packb([address, index, count, table[index * PIECE_SIZE:(index + 1) * PIECE_SIZE]],
                               use_bin_type=True) for index in range(count)]
+
+    def _gather(self, pieces: dict[int, bytes], messages: tuple[bytes, ...],
+                address: object) -> tuple[bytes | None, int]:
+        """Add the pieces among ``messages`` addressed to ``address`` to ``pieces``: (the whole table once every
+        piece is in, else None; how many messages were no such piece)."""
+        count = None
+        strays = 0
+        for message in messages:
+            piece = self._piece(message, address)
+            if piece is None:
+                strays += 1
+                continue
+            index, count, chunk = piece
+            pieces[index] = chunk
+        if count is None or len(pieces) < count or not all(index in pieces for index in range(count)):
+            return None, strays
+        return b"".join(pieces[index] for index in range(count)), strays
 
     def take_pieces(self, src: ProcessId, messages: tuple[bytes, ...]) -> bool:
         """Pieces of a table from ``src`` (a packet of KEYS_HANDLER, as received); True when this joiner now holds
         the whole table.  Pieces for another joiner's view, or not well formed, are dropped and counted."""
         if self.awaiting is None:
             return False
-        pieces = self._pieces.setdefault(src, {})
-        count = None
-        for message in messages:
-            piece = self._piece(message, list(self.awaiting or ()))
-            if piece is None:
-                self.refused += 1
-                continue
-            index, count, chunk = piece
-            pieces[index] = chunk
-        if count is None or len(pieces) < count or not all(index in pieces for index in range(count)):
+        table, strays = self._gather(self._pieces.setdefault(src, {}), messages, list(self.awaiting))
+        self.refused += strays
+        if table is None:
             return False
-        table = b"".join(pieces[index] for index in range(count))
         if not self._install(table):
             self.refused += 1
             del self._pieces[src]

@@ -4,23 +4,21 @@ Five invariants judge deliveries against each member's own journal order: total 
 deliveries, in order), no-duplicate (how often), virtual synchrony (the view installed before each delivery) and
 k-resilience (the views installed after it).  One table gives all of them: a running window over each member's
 view and delivery records in journal order numbers its installs and carries the last installed view forward; a
-second window, one message at a time, marks the first delivery and counts them.  The second window partitions by
-message (its key leads with a hash of it, so rows of different messages compare on one long), which spreads the
-table, and every check reading it, over all cores rather than one task per member.  It is cached for the audit.
+second window, one message at a time, marks the first delivery and counts them.  It is materialized for the audit.
 """
 
 from __future__ import annotations
 
-from .views import Views
+from .tables import Tables
 
-MEMBER = "node, `group`"
+MEMBER = 'node, "group"'
 """A member is one process in one group: a process may belong to several groups, each with its own views."""
 
 MESSAGE = "src, seq, qos"
 """A data message's identity."""
 
 
-def deliveries(v: Views) -> str:
+def deliveries(v: Tables) -> str:
     """``node, group, view, ts, src, seq, qos, holders, need, order_view, pos`` of every delivery, plus:
 
     ``epoch`` the view the member installed last before it (null before its first install), ``vidx`` how many
@@ -30,18 +28,16 @@ def deliveries(v: Views) -> str:
     return v.table("deliveries", _deliveries, cache=True)
 
 
-def _deliveries(v: Views) -> str:
+def _deliveries(v: Tables) -> str:
     return f"""
         WITH placed AS (
             SELECT {MEMBER}, event, view, ts, {MESSAGE}, holders, need, order_view, pos,
-                last(CASE WHEN event = 'view' THEN view END, true) OVER so_far AS epoch,
-                sum(CASE WHEN event = 'view' THEN 1 ELSE 0 END) OVER so_far AS vidx
+                last_value(CASE WHEN event = 'view' THEN view END IGNORE NULLS) OVER so_far AS epoch,
+                CAST(sum(CASE WHEN event = 'view' THEN 1 ELSE 0 END) OVER so_far AS BIGINT) AS vidx
             FROM {v.base} WHERE event IN ('view', 'deliver')
             WINDOW so_far AS (PARTITION BY {MEMBER} ORDER BY pos ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW)
-        ), hashed AS (
-            SELECT *, xxhash64({MEMBER}, {MESSAGE}) AS h FROM placed WHERE event = 'deliver'
         )
         SELECT {MEMBER}, view, ts, {MESSAGE}, holders, need, order_view, pos, epoch, vidx,
-            row_number() OVER (PARTITION BY h, {MEMBER}, {MESSAGE} ORDER BY pos) = 1 AS first,
-            count(1) OVER (PARTITION BY h, {MEMBER}, {MESSAGE}) AS n
-        FROM hashed"""
+            row_number() OVER (PARTITION BY {MEMBER}, {MESSAGE} ORDER BY pos) = 1 AS first,
+            count(1) OVER (PARTITION BY {MEMBER}, {MESSAGE}) AS n
+        FROM placed WHERE event = 'deliver'"""

@@ -19,13 +19,12 @@ from rich.markup import escape
 from rmpd.keyfile import load_key_file
 from rmpd.wire.sealing import AuthKeyError, GroupKey
 
+from . import grouped
 from .inputs import EXIT_SPARK_FAILED, EXIT_UNREADABLE
-from .invariants import journal_checks
 from .progress import Progress
 from .read import UnreadableInput, read_journals
 from .report import AuditReport, InvariantResult, evaluate, render
 from .session import log_file
-from .views import Views
 
 
 def run_audit(
@@ -109,11 +108,9 @@ def _run_audit(spark: SparkSession, paths: list[str], pcaps: list[str] | None, e
         journals = read_journals(spark, paths, one_partition=small)
         if progress is not None:
             progress.phase, progress.records = "checking invariants", journals.count
-        views = Views(spark, journals.records)
         try:
-            _, results = evaluate(views, journal_checks(views), examples)
+            results = [t.result() for t in grouped.audit(spark, journals.records, examples, small)]
         finally:
-            views.release()
             journals.release()
         records = journals.count
         inputs += paths

@@ -12,12 +12,12 @@ different next views (a partition) or installed no next view (a crash, or the en
 from __future__ import annotations
 
 from .check import Check, example
-from .columns import is_ordered, member_list
+from .columns import is_ordered
 from .delivered import MEMBER, MESSAGE, deliveries
-from .views import Views
+from .tables import Tables
 
 
-def view_changes(v: Views) -> str:
+def view_changes(v: Tables) -> str:
     """``node, group, v1, v2``: the member installed view ``v1`` and then, as its next install, ``v2``."""
     return v.table("view changes", lambda v: f"""
         SELECT DISTINCT * FROM (
@@ -26,7 +26,7 @@ def view_changes(v: Views) -> str:
         ) WHERE v2 IS NOT NULL""", cache=True)
 
 
-def _disagreements(v: Views, name: str, in_view: str, detail: str) -> Check:
+def _disagreements(v: Tables, name: str, in_view: str, detail: str) -> Check:
     """Every ordered message one member of a (v1, v2) change delivered in v1 is expected from every member of it.
 
     ``in_view`` names, for each delivery, the view it counts for.  Expected (member, change, message) triples are
@@ -42,21 +42,21 @@ def _disagreements(v: Views, name: str, in_view: str, detail: str) -> Check:
     # A message with a null field matches no delivery, its own included, so every member misses it.
     counted = v.table(f"{name}: counted", lambda _: f"""
         SELECT * FROM (
-            SELECT `group`, v1, v2, {MESSAGE},
+            SELECT "group", v1, v2, {MESSAGE},
                 CASE WHEN src IS NULL OR seq IS NULL OR qos IS NULL THEN 0 ELSE count(1) END AS k
-            FROM {mine} GROUP BY `group`, v1, v2, {MESSAGE})
-        JOIN (SELECT `group`, v1, v2, count(1) AS m FROM {changes} GROUP BY `group`, v1, v2) USING (`group`, v1, v2)""")
+            FROM {mine} GROUP BY "group", v1, v2, {MESSAGE})
+        JOIN (SELECT "group", v1, v2, count(1) AS m FROM {changes} GROUP BY "group", v1, v2) USING ("group", v1, v2)""")
     missing = f"""(
         SELECT * FROM {changes}
-        JOIN (SELECT `group`, v1, v2, {MESSAGE} FROM {counted} WHERE k < m) USING (`group`, v1, v2)
-        LEFT ANTI JOIN {mine} USING ({MEMBER}, v1, v2, {MESSAGE}))"""
+        JOIN (SELECT "group", v1, v2, {MESSAGE} FROM {counted} WHERE k < m) USING ("group", v1, v2)
+        ANTI JOIN {mine} USING ({MEMBER}, v1, v2, {MESSAGE}))"""
     return Check(
         name, None, example(missing, "node", "v1", "NULL", "src", "seq", detail),
         f"SELECT m AS c, m - k AS x FROM {counted}",
     )
 
 
-def virtual_synchrony(v: Views) -> Check:
+def virtual_synchrony(v: Tables) -> Check:
     """``virtual-synchrony``: members installing v1 then v2 delivered the same ordered set between the two installs.
 
     "Between" is by position in each member's journal: a delivery belongs to the last view installed before it.
@@ -67,7 +67,7 @@ def virtual_synchrony(v: Views) -> Check:
     )
 
 
-def atomicity(v: Views) -> Check:
+def atomicity(v: Tables) -> Check:
     """``atomicity``: an ordered message delivered in view v1 by one member is delivered in v1 by its whole partition.
 
     "In v1" is by the view the delivery record names; the partition is the members that installed v1 and then the
@@ -78,20 +78,30 @@ def atomicity(v: Views) -> Check:
     )
 
 
-def unique_view_id(v: Views) -> Check:
-    """``unique-view-id``: a view ID names one ordered member list, in every record and every group."""
+def view_names(v: Tables) -> str:
+    """``vid, group, ml, node``: each member list (``ml``) a view ID names in a group, from view installs and New
+    Lists, with the least process that wrote it.  A task finds these for its groups; ``unique_view_id`` judges
+    them over every group together."""
+    return v.table("unique-view-id: names", lambda v: f"""
+        SELECT vid, "group", ml, min(node) AS node FROM (
+            SELECT node, "group", view AS vid, ml FROM {v.base} WHERE event = 'view' AND msize IS NOT NULL
+            UNION ALL SELECT node, "group", new_view AS vid, ml FROM {v.base}
+            WHERE event IN ('send', 'recv') AND packet = 'new_list' AND msize IS NOT NULL
+        ) WHERE vid IS NOT NULL GROUP BY vid, "group", ml""")
+
+
+def unique_view_id(v: Tables) -> Check:
+    """``unique-view-id``: a view ID names one ordered member list, in every record and every group.
+
+    ``v.base`` holds the ``view_names`` of every group (each (view ID, group, member list) once).
+    """
     per_view = v.table("unique-view-id: per view", lambda v: f"""
-        SELECT vid, count(DISTINCT `group`, ml) AS n, min(struct(`group`, ml, node)) AS a,
-            max(struct(`group`, ml)) AS b
-        FROM (
-            SELECT node, `group`, view AS vid, {member_list('members')} AS ml FROM {v.base}
-            WHERE event = 'view' AND members IS NOT NULL
-            UNION ALL SELECT node, `group`, new_view AS vid, {member_list('members')} AS ml FROM {v.base}
-            WHERE event IN ('send', 'recv') AND packet = 'new_list' AND members IS NOT NULL
-        ) WHERE vid IS NOT NULL GROUP BY vid""")
+        SELECT vid, count(1) AS n, min({{'group': "group", 'ml': ml, 'node': node}}) AS a,
+            max({{'group': "group", 'ml': ml}}) AS b
+        FROM {v.base} GROUP BY vid""")
     return Check(
         "unique-view-id",
         f"SELECT * FROM {per_view}",
-        example(f"{per_view} WHERE n > 1", "a.node", "vid", group="a.`group`",
-                detail="concat('names [', a.ml, '] in ', a.`group`, ' and [', b.ml, '] in ', b.`group`)"),
+        example(f"{per_view} WHERE n > 1", "a.node", "vid", group='a."group"',
+                detail="concat('names [', a.ml, '] in ', a.\"group\", ' and [', b.ml, '] in ', b.\"group\")"),
     )

@@ -8,16 +8,16 @@ application.  A message delivered more than once is judged by its first delivery
 from __future__ import annotations
 
 from .check import Check, example
-from .columns import data_id, is_ordered, is_reliable, is_source_ordered, qos_name, split_id
+from .columns import data_id, is_ordered, is_reliable, is_source_ordered, items, order_field, split_id
 from .delivered import MEMBER, deliveries
 from .ranges import short_ranges, skipped
-from .views import Views
+from .tables import Tables
 
 _ACKS = "event IN ('send', 'recv') AND packet = 'ack'"
 _NEW_LISTS = "event IN ('send', 'recv') AND packet = 'new_list'"
 
 
-def claims(v: Views) -> str:
+def claims(v: Tables) -> str:
     """Every claim of what data or ACK occupies a (group, view, ts) slot: ``node, group, view, ts, what, qos``.
 
     Claims come from deliveries that carry a timestamp, from ACKs sent or received (the ACK itself takes ``ts``,
@@ -29,19 +29,21 @@ def claims(v: Views) -> str:
     """
     return v.table("claims", lambda v: f"""
         SELECT * FROM (
-            SELECT node, `group`, view, ts, {data_id('src', 'seq', 'qos')} AS what, qos
+            SELECT node, "group", view, ts, {data_id('src', 'seq', 'qos')} AS what, qos
             FROM {v.base} WHERE event = 'deliver' AND ts IS NOT NULL
-            UNION ALL SELECT node, `group`, view, ts, concat_ws('|', 'ack', src), CAST(NULL AS STRING)
+            UNION ALL SELECT node, "group", view, ts, concat_ws('|', 'ack', src), CAST(NULL AS STRING)
             FROM {v.base} WHERE {_ACKS}
-            UNION ALL SELECT node, `group`, view, ts + i + 1, {data_id('o[0]', 'o[1]', 'oqos')}, oqos
-            FROM (SELECT node, `group`, view, ts, i, o, {qos_name('o[2]')} AS oqos
-                  FROM {v.base} LATERAL VIEW posexplode(orders) AS i, o WHERE {_ACKS})
-            UNION ALL SELECT node, `group`, view, ts, concat_ws('|', 'new_list', new_view), CAST(NULL AS STRING)
+            UNION ALL SELECT node, "group", view, ts + i + 1,
+                {data_id(order_field('o', 0), order_field('o', 1), 'oqos')}, oqos
+            FROM (SELECT *, {order_field('o', 2)} AS oqos FROM (
+                SELECT node, "group", view, ts, unnest(range(len(l))) AS i, unnest(l) AS o
+                FROM (SELECT node, "group", view, ts, {items('orders')} AS l FROM {v.base} WHERE {_ACKS})))
+            UNION ALL SELECT node, "group", view, ts, concat_ws('|', 'new_list', new_view), CAST(NULL AS STRING)
             FROM {v.base} WHERE {_NEW_LISTS} AND new_view = view
         ) WHERE ts IS NOT NULL""")
 
 
-def past_new_list(v: Views) -> str:
+def past_new_list(v: Tables) -> str:
     """Deliveries of a view at or past the slot of a New List their member then installed (a FROM clause):
     ``node, group, view, ts, src, seq``, and ``nl_ts`` and ``new_view`` of the New List.
 
@@ -56,30 +58,29 @@ def past_new_list(v: Views) -> str:
     resilient QoS levels with a majority minimum partition promise more, which k-resilience checks.
     """
     return f"""(
-        SELECT * FROM (SELECT node, `group`, view, ts, src, seq FROM {v.base}
+        SELECT * FROM (SELECT node, "group", view, ts, src, seq FROM {v.base}
                        WHERE event = 'deliver' AND ts IS NOT NULL)
-        JOIN (SELECT node, `group`, view, ts AS nl_ts, new_view
-              FROM (SELECT DISTINCT `group`, view, ts, new_view FROM {v.base} WHERE {_NEW_LISTS} AND view <> new_view)
-              JOIN (SELECT DISTINCT node, `group`, view AS new_view, ts FROM {v.base} WHERE event = 'view')
-              USING (`group`, new_view, ts))
-        USING (node, `group`, view)
+        JOIN (SELECT node, "group", view, ts AS nl_ts, new_view
+              FROM (SELECT DISTINCT "group", view, ts, new_view FROM {v.base} WHERE {_NEW_LISTS} AND view <> new_view)
+              JOIN (SELECT DISTINCT node, "group", view AS new_view, ts FROM {v.base} WHERE event = 'view')
+              USING ("group", new_view, ts))
+        USING (node, "group", view)
         WHERE ts >= nl_ts)"""
 
 
-def slots(v: Views) -> str:
+def slots(v: Tables) -> str:
     """One row per claimed (group, view, ts) slot (cached per audit): ``a`` and ``b`` the least and greatest claim,
     ``node`` the least claimant, ``ordered`` whether some claim is of a totally ordered message.
 
-    The claims agree exactly when ``a == b``.  One aggregation serves both one-order and total order's gaps; the
-    hash leads the grouping keys, so the sort under the aggregation compares rows on one long.
+    The claims agree exactly when ``a == b``.  One aggregation serves both one-order and total order's gaps.
     """
     return v.table("slots", lambda v: f"""
-        SELECT `group`, view, ts, min(what) AS a, max(what) AS b, min(node) AS node,
+        SELECT "group", view, ts, min(what) AS a, max(what) AS b, min(node) AS node,
             max({is_ordered('qos')}) AS ordered
-        FROM {claims(v)} GROUP BY xxhash64(`group`, view, ts), `group`, view, ts""", cache=True)
+        FROM {claims(v)} GROUP BY "group", view, ts""", cache=True)
 
 
-def one_order(v: Views) -> Check:
+def one_order(v: Tables) -> Check:
     """``one-order``: every process agrees on the data and ACK each (view, timestamp) holds, and no process
     installs a New List at a slot it delivered something else at (or past)."""
     per_slot = slots(v)
@@ -97,14 +98,14 @@ def one_order(v: Views) -> Check:
     return Check("one-order", f"SELECT * FROM {per_slot}", f"{clashes} UNION ALL {overruns}")
 
 
-def first_deliveries(v: Views, name: str, qos_class: str) -> str:
+def first_deliveries(v: Tables, name: str, qos_class: str) -> str:
     """Each member's first delivery of each message whose QoS is in ``qos_class`` (with ``n``, how often it
     delivered it)."""
     return v.table(f"{name}: first deliveries",
                    lambda v: f"SELECT * FROM {deliveries(v)} WHERE first AND {qos_class}")
 
 
-def total_order(v: Views) -> Check:
+def total_order(v: Tables) -> Check:
     """``total-order``: each member delivers ordered traffic in timestamp order, skipping no ordered slot.
 
     Order: within one member and view, each ordered delivery has a larger timestamp than the one before.  Gaps:
@@ -119,14 +120,14 @@ def total_order(v: Views) -> Check:
         "WHERE ts IS NOT NULL) WHERE ts < prev",
         "node", "view", "ts", "src", "seq", "concat('delivered after ts ', CAST(prev AS STRING))",
     )
-    known = v.table("total-order: known", lambda v: f"SELECT `group`, view, ts FROM {slots(v)} WHERE ordered")
+    known = v.table("total-order: known", lambda v: f'SELECT "group", view, ts FROM {slots(v)} WHERE ordered')
     # Every ordered delivery with a timestamp is itself a claim of its slot, so its position is known.
     delivered = v.table("total-order: delivered",
                         lambda _: f"SELECT {MEMBER}, view, ts FROM {firsts} WHERE ts IS NOT NULL")
     ordered_claims = v.table(
-        "total-order: claims", lambda v: f"SELECT `group`, view, ts, what FROM {claims(v)} WHERE {is_ordered('qos')}"
+        "total-order: claims", lambda v: f'SELECT "group", view, ts, what FROM {claims(v)} WHERE {is_ordered("qos")}'
     )
-    key, scope = f"{MEMBER}, view", "`group`, view"
+    key, scope = f"{MEMBER}, view", '"group", view'
     ranges = short_ranges(v, "total-order", delivered, known, key, scope, "ts", all_known=True)
     gaps = example(
         skipped(ranges, ordered_claims, delivered, key, scope, "ts"), "node", "view", "ts",
@@ -136,7 +137,7 @@ def total_order(v: Views) -> Check:
     return Check("total-order", f"SELECT * FROM {firsts}", f"{no_ts} UNION ALL {backwards} UNION ALL {gaps}")
 
 
-def no_duplicate(v: Views) -> Check:
+def no_duplicate(v: Tables) -> Check:
     """``no-duplicate``: no member delivers a reliable message twice."""
     firsts = first_deliveries(v, "no-duplicate", is_reliable("qos"))
     return Check(
@@ -147,7 +148,7 @@ def no_duplicate(v: Views) -> Check:
     )
 
 
-def source_order(v: Views) -> Check:
+def source_order(v: Tables) -> Check:
     """``source-order``: per member, view and source, source-ordered (and above) messages go in sequence order.
 
     Order: each delivery's sequence number is larger than the previous one from that source.  Gaps: a message the
@@ -160,10 +161,10 @@ def source_order(v: Views) -> Check:
         "node", "view", "ts", "src", "seq", "concat('delivered after seq ', CAST(prev AS STRING))",
     )
     sent = v.table("source-order: sent", lambda v: f"""
-        SELECT DISTINCT `group`, src, seq FROM {v.base}
+        SELECT DISTINCT "group", src, seq FROM {v.base}
         WHERE event = 'send' AND packet = 'data' AND src = node AND {is_source_ordered('qos')}""", cache=True)
     delivered = v.table("source-order: delivered", lambda _: f"SELECT {MEMBER}, view, src, seq FROM {firsts}")
-    key, scope = f"{MEMBER}, view, src", "`group`, src"
+    key, scope = f"{MEMBER}, view, src", '"group", src'
     ranges = short_ranges(v, "source-order", delivered, sent, key, scope, "seq")
     gaps = example(
         skipped(ranges, sent, delivered, key, scope, "seq"), "node", "view", "NULL", "src", "seq",

@@ -182,7 +182,8 @@ def wire_one_order(v: Views) -> Check:
             UNION ALL SELECT view, ts, concat_ws('|', 'new_list', new_view) FROM {v.base} WHERE kind = 'new_list'
         ) GROUP BY view, ts""")
     return Check("wire-one-order", f"SELECT * FROM {per_slot}", example(
-        f"{per_slot} WHERE n > 1", view="view", ts="ts", detail="concat('slot holds ', a, ' and ', b)", group="NULL"))
+        f"{per_slot} WHERE n > 1", view="view", ts="ts", detail="concat('slot holds ', a, ' and ', b)",
+        group="NULL", quote="`"))
 
 
 def wire_token_member(v: Views) -> Check:
@@ -201,7 +202,7 @@ def wire_token_member(v: Views) -> Check:
     return Check(
         "wire-token-member",
         f"SELECT view FROM {acks} UNION ALL SELECT view FROM {own}",
-        example(bad, node="src", view="view", ts="ts", group="NULL", detail=(
+        example(bad, node="src", view="view", ts="ts", group="NULL", quote="`", detail=(
             "concat('token passed to non-member ', `next`, ' (frame ', CAST(frame AS STRING), ' of ', file, ')')")),
     )
 
@@ -210,7 +211,7 @@ def wire_authentic(v: Views, keyed: bool) -> Check:
     """Every RMP datagram of a keyed group's capture opens under its key (nothing is checked without the key)."""
     rmp = f"{v.base} WHERE NOT kind IN ('undecodable', 'encrypted') AND {str(keyed).lower()}"
     return Check("wire-authentic", f"SELECT * FROM {rmp}", example(
-        f"{rmp} AND kind = 'unauthentic'", group="NULL", detail=(
+        f"{rmp} AND kind = 'unauthentic'", group="NULL", quote="`", detail=(
             "concat('frame ', CAST(frame AS STRING), ' of ', file, ' is not sealed under the key, or does not open')")))
 
 

@@ -10,10 +10,10 @@ handful of rows instead of every member's every view.
 
 from __future__ import annotations
 
-from .views import Views
+from .tables import Tables
 
 
-def short_ranges(v: Views, name: str, delivered: str, known: str, key: str, scope: str, pos: str,
+def short_ranges(v: Tables, name: str, delivered: str, known: str, key: str, scope: str, pos: str,
                  all_known: bool = False) -> str:
     """The view of ``key`` ranges ``[lo, hi]`` of ``delivered`` positions that skip a ``known`` position.
 
@@ -28,7 +28,7 @@ def short_ranges(v: Views, name: str, delivered: str, known: str, key: str, scop
     else:
         ends_sql = (
             f"SELECT * FROM (SELECT {key}, min({pos}) AS lo, max({pos}) AS hi FROM {distinct} GROUP BY {key}) "
-            f"LEFT JOIN (SELECT {key}, count(1) AS m FROM {distinct} LEFT SEMI JOIN {known} USING ({scope}, {pos}) "
+            f"LEFT JOIN (SELECT {key}, count(1) AS m FROM {distinct} SEMI JOIN {known} USING ({scope}, {pos}) "
             f"GROUP BY {key}) USING ({key})"
         )
     ends = v.table(f"{name}: range ends", lambda _: ends_sql, cache=True)
@@ -56,5 +56,5 @@ def skipped(ranges: str, known: str, delivered: str, key: str, scope: str, pos: 
     """
     return f"""(
         SELECT * FROM (SELECT DISTINCT * FROM {ranges} JOIN {known} USING ({scope}) WHERE {pos} BETWEEN lo AND hi)
-        LEFT ANTI JOIN (SELECT * FROM {delivered} LEFT SEMI JOIN (SELECT DISTINCT {key} FROM {ranges}) USING ({key}))
+        ANTI JOIN (SELECT * FROM {delivered} SEMI JOIN (SELECT DISTINCT {key} FROM {ranges}) USING ({key}))
         USING ({key}, {pos}))"""

@@ -23,9 +23,9 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from . import columnar
-from .columns import qos_name
 from .inputs import JOURNAL_SUFFIXES, UnreadableInput
 from .position import positioned, positioned_copies, splits
+from .records import qos_name
 from .schema import COLUMNS, CORRUPT, EVENTS, JOURNAL_SCHEMA, SCHEMA_VERSION
 
 

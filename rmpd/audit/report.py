@@ -7,6 +7,7 @@ every invariant together; examples are fetched in a second query only when somet
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -81,36 +82,61 @@ def _entry(result: InvariantResult) -> dict[str, Any]:
     return entry
 
 
-def evaluate(views: Views, checks: list[Check], examples: int, counted: str | None = None,
-             ) -> tuple[int, list[InvariantResult]]:
+@dataclass
+class Tally:
+    """What one check found in one part of the input: items checked, violations, the count its note names, and up
+    to the wanted number of example violations.  Tallies of the same check over different parts add up."""
+
+    name: str
+    checked: int = 0
+    violations: int = 0
+    noted: int = 0
+    noun: str | None = None
+    examples: list[dict[str, Any]] = field(default_factory=list)
+
+    def add(self, other: Tally, examples: int) -> None:
+        self.checked += other.checked
+        self.violations += other.violations
+        self.noted += other.noted
+        self.examples = (self.examples + other.examples)[:examples]
+
+    def result(self) -> InvariantResult:
+        return InvariantResult(self.name, self.checked, self.violations, self.examples,
+                               None if self.noun is None else f"{self.noted} {self.noun}")
+
+
+Rows = Callable[[str], list[dict[str, Any]]]
+"""Runs one SQL statement and returns its rows as dicts (Spark for captures, DuckDB for journals)."""
+
+
+def tally(rows: Rows, checks: list[Check], examples: int, counted: str | None = None) -> tuple[int, list[Tally]]:
     """Count every check in one query; fetch up to ``examples`` violations of each violated one in a second.
 
-    ``counted`` (optional) is a view whose rows are reported as the record count.  Each query is one SQL
-    statement over ``views``, analysed once.
+    ``counted`` (optional) is a table whose rows are reported as the record count.
     """
     tallies = [f"SELECT '{_RECORDS}' AS inv, count(1) AS c, 0 AS x, 0 AS k FROM {counted}"] if counted else []
     tallies += [f"SELECT '{c.name}' AS inv, c, x, {'k' if c.noun else '0'} AS k FROM ({c.counts()})" for c in checks]
     union = " UNION ALL ".join(tallies)
-    rows = views.sql(f"SELECT inv, sum(c) AS c, sum(x) AS x, sum(k) AS k FROM ({union}) GROUP BY inv").collect()
-    counts = {r.inv: (int(r.c), int(r.x)) for r in rows}
-    noted = {r.inv: int(r.k) for r in rows}
-    records = counts.pop(_RECORDS, (0, 0))[0]
-    bad = [c for c in checks if counts.get(c.name, (0, 0))[1] > 0]
-    found: dict[str, list[dict[str, Any]]] = {c.name: [] for c in checks}
+    sums = rows(f"SELECT inv, sum(c) AS c, sum(x) AS x, sum(k) AS k FROM ({union}) GROUP BY inv")
+    found = {r["inv"]: [int(r[n] or 0) for n in ("c", "x", "k")] for r in sums}
+    records = found.pop(_RECORDS, [0])[0]
+    result = {c.name: Tally(c.name, *found.get(c.name, [0, 0, 0]), c.noun) for c in checks}
+    bad = [c for c in checks if result[c.name].violations > 0]
     if bad and examples > 0:
-        sample = views.sql(" UNION ALL ".join(
+        sample = rows(" UNION ALL ".join(
             f"SELECT *, '{c.name}' AS invariant FROM (SELECT * FROM ({c.violations}) LIMIT {int(examples)})"
             for c in bad
-        )).collect()
-        for row in sample:
-            d = row.asDict()
-            found[d.pop("invariant")].append(d)
-    results = [
-        InvariantResult(c.name, counts.get(c.name, (0, 0))[0], counts.get(c.name, (0, 0))[1], found[c.name],
-                        None if c.noun is None else f"{noted.get(c.name, 0)} {c.noun}")
-        for c in checks
-    ]
-    return records, results
+        ))
+        for d in sample:
+            result[d.pop("invariant")].examples.append(d)
+    return records, list(result.values())
+
+
+def evaluate(views: Views, checks: list[Check], examples: int, counted: str | None = None,
+             ) -> tuple[int, list[InvariantResult]]:
+    """Run ``checks`` over Spark ``views`` (see ``tally``)."""
+    records, tallies = tally(lambda sql: [r.asDict() for r in views.sql(sql).collect()], checks, examples, counted)
+    return records, [t.result() for t in tallies]
 
 
 def render(report: AuditReport, console: Console) -> None:

@@ -19,10 +19,10 @@ from __future__ import annotations
 from .check import Check, example
 from .columns import is_resilient, required_holders
 from .delivered import MEMBER, deliveries
-from .views import Views
+from .tables import Tables
 
 
-def holdings(v: Views) -> str:
+def holdings(v: Tables) -> str:
     """``group, view, p, upto``: process ``p`` is shown to hold every slot up to ``upto`` in the view.
 
     Evidence is a token acceptance, an ACK or New List sent or received, a reformation vote ``p`` sent (its ``ts``
@@ -30,14 +30,14 @@ def holdings(v: Views) -> str:
     counts for the old view and the new one).
     """
     return v.table("k-resilience: holdings", lambda v: f"""
-        SELECT `group`, view, p, max(upto) AS upto FROM (
-            SELECT `group`, view, node AS p, ts AS upto FROM {v.base} WHERE event = 'token'
-            UNION ALL SELECT `group`, view, src, ts + coalesce(size(orders), 0) FROM {v.base}
+        SELECT "group", view, p, max(upto) AS upto FROM (
+            SELECT "group", view, node AS p, ts AS upto FROM {v.base} WHERE event = 'token'
+            UNION ALL SELECT "group", view, src, ts + norders FROM {v.base}
             WHERE event IN ('send', 'recv') AND packet IN ('ack', 'new_list')
-            UNION ALL SELECT `group`, view, src, ts FROM {v.base} WHERE event = 'send' AND packet = 'recovery_vote'
-            UNION ALL SELECT `group`, view, node, ts FROM {v.base} WHERE event = 'recovery' AND role = 'commit'
-            UNION ALL SELECT `group`, new_view, node, ts FROM {v.base} WHERE event = 'recovery' AND role = 'commit'
-        ) WHERE p IS NOT NULL AND upto IS NOT NULL GROUP BY `group`, view, p""", cache=True)
+            UNION ALL SELECT "group", view, src, ts FROM {v.base} WHERE event = 'send' AND packet = 'recovery_vote'
+            UNION ALL SELECT "group", view, node, ts FROM {v.base} WHERE event = 'recovery' AND role = 'commit'
+            UNION ALL SELECT "group", new_view, node, ts FROM {v.base} WHERE event = 'recovery' AND role = 'commit'
+        ) WHERE p IS NOT NULL AND upto IS NOT NULL GROUP BY "group", view, p""", cache=True)
 
 
 def _need(qos: str, group_size: str, recorded: str, ordering_later: str) -> str:
@@ -57,7 +57,7 @@ CONTEXT = f"{MEMBER}, vidx, view, order_view"
 before it, its view and the view the writer was ordering in.  Deliveries share a handful of contexts."""
 
 
-def _evidence(v: Views, d: str, h: str) -> str:
+def _evidence(v: Tables, d: str, h: str) -> str:
     """``CONTEXT, uptos``: for each context of ``d``, how far each other process is shown to hold (one entry each).
 
     The views that count are the delivery view, the view the writer was ordering in, and the next ``LATER_VIEWS``
@@ -72,20 +72,20 @@ def _evidence(v: Views, d: str, h: str) -> str:
             SELECT {MEMBER}, row_number() OVER (PARTITION BY {MEMBER} ORDER BY pos) AS i, view AS ev
             FROM {v.base} WHERE event = 'view'
         ), evidence_views AS (
-            SELECT {CONTEXT}, ev FROM ctx LATERAL VIEW explode(array_distinct(array(view, order_view))) AS ev
+            SELECT {CONTEXT}, unnest(list_distinct([view, order_view])) AS ev FROM ctx
             UNION ALL
             SELECT {CONTEXT}, ev FROM (
-                SELECT {CONTEXT}, i FROM ctx LATERAL VIEW explode(sequence(vidx + 1, vidx + {LATER_VIEWS})) AS i
+                SELECT {CONTEXT}, unnest(range(vidx + 1, vidx + {LATER_VIEWS + 1})) AS i FROM ctx
             ) JOIN installs USING ({MEMBER}, i)
         )
-        SELECT {CONTEXT}, collect_list(upto) AS uptos FROM (
+        SELECT {CONTEXT}, list(upto) AS uptos FROM (
             SELECT {CONTEXT}, p, max(upto) AS upto
-            FROM evidence_views JOIN (SELECT `group`, view AS ev, p, upto FROM {h}) USING (`group`, ev)
+            FROM evidence_views JOIN (SELECT "group", view AS ev, p, upto FROM {h}) USING ("group", ev)
             WHERE p <> node GROUP BY {CONTEXT}, p
         ) GROUP BY {CONTEXT}""")
 
 
-def k_resilience(v: Views) -> Check:
+def k_resilience(v: Tables) -> Check:
     """Check both tests on every resilient delivery."""
     d = v.table("k-resilience: deliveries", lambda v: f"""
         SELECT {MEMBER}, view, order_view, vidx, ts, src, seq, qos, holders,
@@ -94,18 +94,18 @@ def k_resilience(v: Views) -> Check:
             SELECT {MEMBER}, view, coalesce(order_view, view) AS order_view, vidx, ts, src, seq, qos, holders, need,
                 gsize
             FROM {deliveries(v)}
-            LEFT JOIN (SELECT `group`, view, max(size(members)) AS gsize FROM {v.base}
-                       WHERE event = 'view' AND members IS NOT NULL GROUP BY `group`, view) USING (`group`, view)
+            LEFT JOIN (SELECT "group", view, max(msize) AS gsize FROM {v.base}
+                       WHERE event = 'view' AND msize IS NOT NULL GROUP BY "group", view) USING ("group", view)
             WHERE {is_resilient('qos')}
         )""")
     h = holdings(v)
     ev = _evidence(v, d, h)
-    same_context = " AND ".join(f"d.{c} <=> e.{c}" for c in CONTEXT.split(", "))
+    same_context = " AND ".join(f"d.{c} IS NOT DISTINCT FROM e.{c}" for c in CONTEXT.split(", "))
     evidence = f"""(
         SELECT * FROM (
-            SELECT d.*, size(filter(coalesce(e.uptos, CAST(array() AS ARRAY<BIGINT>)), u -> u >= d.ts)) + 1 AS shown
+            SELECT d.*, len(list_filter(coalesce(e.uptos, []::BIGINT[]), lambda u: u >= d.ts)) + 1 AS shown
             FROM {d} AS d LEFT JOIN {ev} AS e ON {same_context}
-        ) LEFT JOIN (SELECT DISTINCT `group`, view, true AS has_evidence FROM {h}) USING (`group`, view)
+        ) LEFT JOIN (SELECT DISTINCT "group", view, true AS has_evidence FROM {h}) USING ("group", view)
         WHERE (need IS NOT NULL AND (holders IS NULL OR holders < need))
             OR (coalesce(has_evidence, false) AND need IS NOT NULL AND ts IS NOT NULL AND shown < need))"""
     detail = (

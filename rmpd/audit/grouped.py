@@ -1,0 +1,107 @@
+"""The journal checks as Spark tasks: each task judges the records of whole groups with DuckDB.
+
+Every journal invariant but one compares records of one group only, so the records are partitioned by group (one
+shuffle) and each task runs every check over its groups' records in one DuckDB connection: a vectorized engine over
+Arrow columns in memory, which answers a check's windows, aggregations and joins in one pass each, where Spark
+planned a stage, and often a shuffle, per operator.  A task returns a few rows: each check's counts, up to the
+wanted number of example violations, and the member lists its groups' views name, which the driver judges across
+groups (``unique-view-id``: a view ID is global).  Spark still reads the journals (any file system, any master)
+and spreads groups over executors; a small input is one task.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Iterator
+from typing import Any
+
+from pyspark.sql import DataFrame, SparkSession
+
+from .check import Check
+from .invariants import group_checks
+from .membership import unique_view_id, view_names
+from .records import flat
+from .report import Tally, tally
+from .schema import EXAMPLE_FIELDS, INVARIANTS
+from .tables import BASE, Tables
+
+RESULT_SCHEMA = (
+    "kind STRING, inv STRING, c BIGINT, x BIGINT, k BIGINT, noun STRING, node STRING, `group` STRING, view STRING, "
+    "ts BIGINT, src STRING, seq BIGINT, detail STRING"
+)
+"""A task's result rows: ``kind`` is ``tally`` (``inv``, ``c``, ``x``, ``k``, ``noun``), ``example`` (``inv`` and
+the example's fields) or ``name`` (a view ID in ``view``, its member list in ``detail``, ``group`` and ``node``)."""
+
+_NAMES = "names"
+"""The driver's table of every task's view names."""
+
+
+def audit(spark: SparkSession, records: DataFrame, examples: int, one_task: bool) -> list[Tally]:
+    """Judge every journal invariant over ``records`` (``schema.COLUMNS`` and ``pos``); one tally per invariant,
+    in ``INVARIANTS`` order.  ``one_task`` judges everything in one task (a small input)."""
+    shaped = flat(records)
+    parts = shaped.coalesce(1) if one_task else shaped.repartition("group")
+    rows = parts.mapInArrow(functools.partial(audit_groups, examples=examples), RESULT_SCHEMA).collect()
+    found: dict[str, Tally] = {}
+    names: list[dict[str, Any]] = []
+    for row in rows:
+        d = row.asDict()
+        if d["kind"] == "name":
+            names.append({"vid": d["view"], "group": d["group"], "ml": d["detail"], "node": d["node"]})
+            continue
+        part = found.setdefault(d["inv"], Tally(d["inv"], noun=d["noun"]))
+        if d["kind"] == "tally":
+            part.add(Tally(d["inv"], d["c"], d["x"], d["k"]), examples)
+        else:
+            part.add(Tally(d["inv"], examples=[{f: d[f] for f in EXAMPLE_FIELDS}]), examples)
+    found["unique-view-id"] = _unique_view_id(names, examples)
+    return [found.get(name) or Tally(name) for name in INVARIANTS]
+
+
+def _unique_view_id(names: list[dict[str, Any]], examples: int) -> Tally:
+    """``unique-view-id`` over the view names of every group."""
+    import duckdb
+    import pyarrow as pa
+
+    table = pa.Table.from_pylist(names, schema=pa.schema(
+        [("vid", pa.string()), ("group", pa.string()), ("ml", pa.string()), ("node", pa.string())]))
+    with duckdb.connect() as connection:
+        connection.register(_NAMES, table)
+        tables = Tables(connection, _NAMES)
+        (result,) = tally(tables.rows, [unique_view_id(tables)], examples)[1]
+    return result
+
+
+def audit_groups(batches: Iterator[Any], examples: int) -> Iterator[Any]:
+    """A task: the records of some groups in, their checks' result rows (``RESULT_SCHEMA``) out."""
+    import duckdb
+    import pyarrow as pa
+
+    received = [b for b in batches if b.num_rows]
+    if not received:
+        return
+    with duckdb.connect() as connection:
+        connection.register("arrow_records", pa.Table.from_batches(received))
+        connection.execute(f"CREATE TEMP TABLE {BASE} AS SELECT * FROM arrow_records")
+        connection.unregister("arrow_records")
+        del received
+        tables = Tables(connection)
+        checks: list[Check] = group_checks(tables)
+        _, tallies = tally(tables.rows, checks, examples)
+        names = tables.rows(f"SELECT * FROM {view_names(tables)}")
+    out: list[dict[str, Any]] = []
+    for t in tallies:
+        out.append({"kind": "tally", "inv": t.name, "c": t.checked, "x": t.violations, "k": t.noted, "noun": t.noun})
+        out += [{"kind": "example", "inv": t.name, "noun": t.noun, **e} for e in t.examples]
+    out += [{"kind": "name", "view": n["vid"], "group": n["group"], "detail": n["ml"], "node": n["node"]}
+            for n in names]
+    yield pa.RecordBatch.from_pylist(out, schema=_result_schema())
+
+
+@functools.cache
+def _result_schema() -> Any:
+    import pyarrow as pa
+
+    types = {"STRING": pa.string(), "BIGINT": pa.int64()}
+    fields = [part.strip().split(" ") for part in RESULT_SCHEMA.split(",")]
+    return pa.schema([(name.strip("`"), types[kind]) for name, kind in fields])

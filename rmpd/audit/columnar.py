@@ -224,7 +224,7 @@ def _parse(block: bytes, schema: Any, before: int) -> Any:
     if b'\\"' in block:
         raise NotCopied("an escaped quote")
     lines = block.count(b"\n")
-    text = _INTEGER_IN_STRINGS.sub(rb'","\1","', block)
+    text = _quote_integers(block)
     table = pj.read_json(
         io.BytesIO(text),
         read_options=pj.ReadOptions(block_size=max(1 << 20, len(text) // 4 + 1)),
@@ -240,6 +240,23 @@ def _parse(block: bytes, schema: Any, before: int) -> Any:
         raise NotCopied("a record the auditor does not accept")
     numbers = pa.array(range(before + 1, before + lines + 1), pa.int64())
     return table.select(list(COLUMNS)).append_column(LINE, numbers)
+
+
+def _quote_integers(block: bytes) -> bytes:
+    """``block`` with every integer between two strings of a list quoted (``_INTEGER_IN_STRINGS``).
+
+    Only a list of lists (an ACK's ``orders``) can hold one; the substitution runs on those alone, which made a
+    copy about twice as fast as running it over every byte.
+    """
+    parts = block.split(_LIST_OF_LISTS)
+    for i in range(1, len(parts)):
+        lists, end, rest = parts[i].partition(b"]]")
+        parts[i] = _INTEGER_IN_STRINGS.sub(rb'","\1","', lists) + end + rest
+    return _LIST_OF_LISTS.join(parts)
+
+
+_LIST_OF_LISTS = b":[["
+"""Where a list of lists (an ACK's ``orders``) starts; it ends at the first ``]]`` after."""
 
 
 def arrow_schema() -> Any:

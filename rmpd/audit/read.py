@@ -167,8 +167,7 @@ def _read_copies(spark: SparkSession, paths: list[str], files: list[str], made: 
     named = [(uri, Path(c.parquet).name, c.rows) for uri, c in zip(files, made, strict=True)]
     records = positioned_copies(spark, lines, named)
     if not one_partition:
-        records = records.persist()
-        return Journals(records, count, (records,))
+        return Journals(records, count, ())
     return Journals(one_partition_table(spark, records.localCheckpoint()), count, ())
 
 

@@ -2,9 +2,10 @@
 
 Five invariants judge deliveries against each member's own journal order: total and source order (first
 deliveries, in order), no-duplicate (how often), virtual synchrony (the view installed before each delivery) and
-k-resilience (the views installed after it).  One table gives all of them: a running window over each member's
-view and delivery records in journal order numbers its installs and carries the last installed view forward; a
-second window, one message at a time, marks the first delivery and counts them.  It is materialized for the audit.
+k-resilience (the views installed after it).  One table gives all of them: each delivery takes the last view its
+member installed before it (an as-of join on the journal position against the member's few installs, numbered by
+a window over them alone, instead of a running window over every delivery), and a window per member and message
+marks the first delivery and counts them.  It is materialized for the audit.
 """
 
 from __future__ import annotations
@@ -28,16 +29,26 @@ def deliveries(v: Tables) -> str:
     return v.table("deliveries", _deliveries, cache=True)
 
 
+def _same(columns: str, left: str, right: str) -> str:
+    """``left`` and ``right`` agree on every one of ``columns`` (nulls equal, as a window's partition takes them)."""
+    return " AND ".join(f"{left}.{c} IS NOT DISTINCT FROM {right}.{c}" for c in columns.split(", "))
+
+
 def _deliveries(v: Tables) -> str:
     return f"""
-        WITH placed AS (
-            SELECT {MEMBER}, event, view, ts, {MESSAGE}, holders, need, order_view, pos,
-                last_value(CASE WHEN event = 'view' THEN view END IGNORE NULLS) OVER so_far AS epoch,
-                CAST(sum(CASE WHEN event = 'view' THEN 1 ELSE 0 END) OVER so_far AS BIGINT) AS vidx
-            FROM {v.base} WHERE event IN ('view', 'deliver')
+        WITH installs AS (
+            SELECT {MEMBER}, pos,
+                last_value(view IGNORE NULLS) OVER so_far AS epoch,
+                count(1) OVER so_far AS vidx
+            FROM {v.base} WHERE event = 'view'
             WINDOW so_far AS (PARTITION BY {MEMBER} ORDER BY pos ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW)
+        ), placed AS (
+            SELECT d.*, i.epoch, coalesce(i.vidx, 0) AS vidx
+            FROM (SELECT {MEMBER}, view, ts, {MESSAGE}, holders, need, order_view, pos FROM {v.base}
+                  WHERE event = 'deliver') AS d
+            ASOF LEFT JOIN installs AS i ON {_same(MEMBER, 'd', 'i')} AND d.pos >= i.pos
         )
-        SELECT {MEMBER}, view, ts, {MESSAGE}, holders, need, order_view, pos, epoch, vidx,
+        SELECT *,
             row_number() OVER (PARTITION BY {MEMBER}, {MESSAGE} ORDER BY pos) = 1 AS first,
             count(1) OVER (PARTITION BY {MEMBER}, {MESSAGE}) AS n
-        FROM placed WHERE event = 'deliver'"""
+        FROM placed"""

@@ -109,7 +109,7 @@ def _run_audit(spark: SparkSession, paths: list[str], pcaps: list[str] | None, e
         if progress is not None:
             progress.phase, progress.records = "checking invariants", journals.count
         try:
-            results = [t.result() for t in grouped.audit(spark, journals.records, examples, small)]
+            results = [t.result() for t in grouped.audit(spark, journals, examples, small)]
         finally:
             journals.release()
         records = journals.count

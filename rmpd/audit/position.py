@@ -82,19 +82,24 @@ def journal_order(uri: str) -> tuple[int, str]:
 
 def positioned_copies(spark: SparkSession, lines: DataFrame, copies: list[tuple[str, str, int]]) -> DataFrame:
     """Records read from columnar copies (``copy`` the copy's file name, ``line`` the line number from 1) with
-    ``pos`` in place of both; ``copies`` lists ``(journal URI, copy's file name, records)``.
-
-    Each copy holds one journal whole, so its records take one block of numbers, in the journals' order.
-    """
-    base = 0
-    deltas = []
-    for _, name, rows in sorted(copies, key=lambda c: journal_order(c[0])):
-        deltas.append((name, base - 1))
-        base += rows
+    ``pos`` in place of both; ``copies`` lists ``(journal URI, copy's file name, records)`` (``copy_deltas``)."""
+    deltas = copy_deltas(copies)
     rows = ", ".join(f"({_sql_string(name)}, {delta}L)" for name, delta in deltas)
     table = spark.sql(f"SELECT * FROM VALUES {rows} AS copies(copy, delta)")
     keep = [c for c in lines.columns if c not in ("copy", "line")]
     return lines.join(F.broadcast(table), "copy").select(*keep, (F.col("line") + F.col("delta")).alias(POS))
+
+
+def copy_deltas(copies: list[tuple[str, str, int]]) -> list[tuple[str, int]]:
+    """``(copy, delta)`` for each of ``copies`` (``(journal URI, copy, records)``): a record's ``pos`` is its line
+    number (from 1) plus its copy's delta.  Each copy holds one journal whole, so its records take one block of
+    numbers, in the journals' order."""
+    base = 0
+    deltas = []
+    for _, copy, rows in sorted(copies, key=lambda c: journal_order(c[0])):
+        deltas.append((copy, base - 1))
+        base += rows
+    return deltas
 
 
 def _sql_string(text: str) -> str:

@@ -24,7 +24,7 @@ from pyspark.sql import functions as F
 
 from . import columnar
 from .inputs import JOURNAL_SUFFIXES, UnreadableInput
-from .position import positioned, positioned_copies, splits
+from .position import copy_deltas, positioned, positioned_copies, splits
 from .records import qos_name
 from .schema import COLUMNS, CORRUPT, EVENTS, JOURNAL_SCHEMA, SCHEMA_VERSION
 
@@ -36,6 +36,9 @@ class Journals:
     records: DataFrame
     count: int
     caches: tuple[DataFrame, ...]
+    copies: list[tuple[str, int]] | None = None
+    """When every journal was read from a columnar copy: each copy's local path and the delta that makes its line
+    numbers positions (``position.copy_deltas``), for the checks' tasks to read the copies themselves."""
 
     def release(self) -> None:
         for cache in self.caches:
@@ -166,9 +169,10 @@ def _read_copies(spark: SparkSession, paths: list[str], files: list[str], made: 
     )
     named = [(uri, Path(c.parquet).name, c.rows) for uri, c in zip(files, made, strict=True)]
     records = positioned_copies(spark, lines, named)
+    local = copy_deltas([(uri, c.parquet, c.rows) for uri, c in zip(files, made, strict=True)])
     if not one_partition:
-        return Journals(records, count, ())
-    return Journals(one_partition_table(spark, records.localCheckpoint()), count, ())
+        return Journals(records, count, (), local)
+    return Journals(one_partition_table(spark, records.localCheckpoint()), count, (), local)
 
 
 def one_partition_table(spark: SparkSession, computed: DataFrame) -> DataFrame:

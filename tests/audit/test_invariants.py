@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from pyspark.sql import SparkSession
 
+from rmpd.audit import job
 from rmpd.audit.job import run_audit
 from rmpd.audit.report import AuditReport
 from rmpd.audit.schema import INVARIANTS
@@ -112,10 +113,24 @@ def test_columnar_copies_give_the_verdict_of_spark_s_json_reader(
     copies = sorted(cases.rglob(".rmp-audit/*.parquet"))
     assert len(copies) == len(journals) > 30
 
-    def shown(report: AuditReport) -> dict:
-        data = report.to_dict()
-        for entry in data["invariants"]:
-            entry["examples"] = sorted(json.dumps(e, sort_keys=True) for e in entry["examples"])
-        return data
-
     assert shown(from_copies) == shown(combined)
+
+
+@pytest.mark.parametrize("columnar", ["on", "off"])
+def test_groups_spread_over_several_tasks_give_the_report_of_one_task(
+    spark: SparkSession, cases: Path, combined: AuditReport, monkeypatch: pytest.MonkeyPatch, columnar: str,
+) -> None:
+    """Audited as a large input (its groups spread over several tasks: read from the columnar copies by each task,
+    or shuffled by group from Spark's reader), the cases give the report of the one task a small input gets."""
+    monkeypatch.setenv("RMP_AUDIT_COLUMNAR", columnar)
+    monkeypatch.setattr(job, "SMALL_INPUT_BYTES", 0)
+    assert spark.sparkContext.defaultParallelism > 1
+    assert shown(run_audit(spark, [str(cases)], examples=1000)) == shown(combined)
+
+
+def shown(report: AuditReport) -> dict:
+    """A report's dict with each invariant's examples in one order (tasks list them in any)."""
+    data = report.to_dict()
+    for entry in data["invariants"]:
+        entry["examples"] = sorted(json.dumps(e, sort_keys=True) for e in entry["examples"])
+    return data

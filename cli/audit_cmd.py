@@ -12,6 +12,7 @@ from rich.markup import escape
 from rmpd.audit.inputs import (
     EXIT_UNREADABLE,
     INSTALL_HINT,
+    JOURNAL_SUFFIXES,
     SPARK_LOG_LEVELS,
     UnreadableInput,
     UnusableMaster,
@@ -79,6 +80,7 @@ def audit(
         raise typer.Exit(EXIT_UNREADABLE) from None
     try:
         # Spark is imported here so that `rmp --help` and the other commands start fast, and run without it.
+        from rmpd.audit import columnar
         from rmpd.audit.job import audit_and_report
         from rmpd.audit.jvm import is_small_local_input, plan_launch
         from rmpd.audit.session import get_session
@@ -87,7 +89,10 @@ def audit(
             raise
         err.print(f"[red]error:[/red] {escape(INSTALL_HINT)}", soft_wrap=True)
         raise typer.Exit(EXIT_UNREADABLE) from None
-    jvm = plan_launch(small=is_small_local_input([*(paths or []), *(pcap or [])]))
+    small = is_small_local_input([*(paths or []), *(pcap or [])])
+    if columnar.wanted(small):
+        columnar.copy_early(list(paths or []), JOURNAL_SUFFIXES)
+    jvm = plan_launch(small=small)
     status = audit_and_report(
         lambda: get_session(master, spark_log=spark_log, jvm=jvm), list(paths or []), list(pcap or []), examples,
         key, None if json_out is None else str(json_out), Console(soft_wrap=True), err,

@@ -25,8 +25,10 @@ import importlib.util
 import io
 import os
 import re
+import threading
+from collections import deque
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -41,6 +43,9 @@ GENERATION = 1
 
 BLOCK_BYTES = 32 * 1024 * 1024
 """Text parsed at once: bounds the memory a copy takes whatever the journal's size."""
+
+BLOCKS_AHEAD = 4
+"""Blocks parsed ahead of the one being written: enough to keep every thread busy, few enough to bound memory."""
 
 LINE = "line"
 """Column of a copy holding each record's line number in its journal (from 1)."""
@@ -93,26 +98,63 @@ def local_file(uri: str) -> str | None:
     return uri
 
 
+_early: list[threading.Thread] = []
+"""Copies started before Spark (``copy_early``), which ``copies`` waits for."""
+
+
+def copy_early(paths: list[str], suffixes: tuple[str, ...]) -> threading.Thread | None:
+    """Start copying the local journals (names ending in ``suffixes``) under ``paths`` on a thread of its own, so
+    that they are made while Spark's JVM starts (a few seconds); ``copies`` waits for it.  Paths that are not local
+    files or directories are left to the reader, as is any journal this does not copy.  Returns the thread, if
+    there was anything to copy."""
+    found: list[str] = []
+    for text in paths:
+        path = local_file(text)
+        if path is None:
+            continue
+        if os.path.isdir(path):
+            found += sorted(os.path.join(top, name) for top, dirs, names in os.walk(path) for name in names
+                            if name.endswith(suffixes) and CACHE_DIR not in top.split(os.sep))
+        elif path.endswith(suffixes):
+            found.append(path)
+    if found and available():
+        thread = threading.Thread(target=_copy_all, args=(found,), name="rmp-audit-copies", daemon=True)
+        thread.start()
+        _early.append(thread)
+        return thread
+    return None
+
+
+def _copy_all(paths: list[str], threads: int | None = None) -> list[Copy | None]:
+    """``_copy_or_none`` of each of ``paths``, one journal after another, each parsed ``threads`` blocks at a time.
+
+    Parallel by block, not by file: three journals of one size on two threads took as long as two of them one after
+    the other, the third copied alone.
+    """
+    with ThreadPoolExecutor(max(1, threads or os.cpu_count() or 1)) as pool:
+        return [_copy_or_none(path, pool) for path in paths]
+
+
 def copies(files: list[str], threads: int | None = None) -> list[Copy] | None:
     """A columnar copy of every one of ``files`` (made where missing), or None when any of them is left to Spark.
 
-    ``files`` are journal URIs as the reader lists them; all must be local.  Files are copied ``threads`` at a time
-    (Arrow's parser runs threads of its own as well).
+    ``files`` are journal URIs as the reader lists them; all must be local.  Files are copied ``threads`` at a time.
+    Copies started early (``copy_early``) are waited for first, so no journal is copied twice at once.
     """
+    while _early:
+        _early.pop().join()
     paths = [local_file(f) for f in files]
     if not files or any(p is None for p in paths) or len(set(paths)) < len(paths) or not available():
         return None  # a file named twice is read twice, as Spark's reader does
-    workers = max(1, min(threads or os.cpu_count() or 1, len(files)))
-    with ThreadPoolExecutor(workers) as pool:
-        made = list(pool.map(_copy_or_none, [p for p in paths if p is not None]))
+    made = _copy_all([p for p in paths if p is not None], threads)
     if any(m is None for m in made):
         return None
     return [m for m in made if m is not None]
 
 
-def _copy_or_none(path: str) -> Copy | None:
+def _copy_or_none(path: str, pool: Executor | None = None) -> Copy | None:
     try:
-        return copy(path)
+        return copy(path, pool)
     except (NotCopied, OSError, EOFError, gzip.BadGzipFile, ValueError, ArithmeticError):
         return None
     except Exception as exc:  # pyarrow's errors (ArrowInvalid and kin) are not importable without pyarrow
@@ -121,9 +163,9 @@ def _copy_or_none(path: str) -> Copy | None:
         raise
 
 
-def copy(journal: str) -> Copy:
-    """The columnar copy of ``journal``, written first if there is none for its current size and time; raises
-    :class:`NotCopied` (or the reader's error) when it cannot be made."""
+def copy(journal: str, pool: Executor | None = None) -> Copy:
+    """The columnar copy of ``journal``, written first if there is none for its current size and time (its blocks
+    parsed on ``pool``, if given); raises :class:`NotCopied` (or the reader's error) when it cannot be made."""
     import pyarrow.parquet as pq
 
     stat = os.stat(journal)
@@ -133,7 +175,7 @@ def copy(journal: str) -> Copy:
             return Copy(journal, str(target), pq.ParquetFile(target).metadata.num_rows)
     partial = target.with_name(f"{target.name}.{os.getpid()}.tmp")
     try:
-        rows = _write(journal, partial)
+        rows = _write(journal, partial, pool)
         os.replace(partial, target)
     finally:
         partial.unlink(missing_ok=True)
@@ -170,25 +212,41 @@ def _remove_stale(target: Path) -> None:
                 other.unlink()
 
 
-def _write(journal: str, out: Path) -> int:
-    """Parse ``journal`` block by block and write the copy to ``out``; returns its record count."""
+def _write(journal: str, out: Path, pool: Executor | None = None) -> int:
+    """Parse ``journal`` block by block (on ``pool``, a few blocks ahead) and write the copy to ``out`` in order;
+    returns its record count."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     schema = arrow_schema()
-    written = 0
+    pending: deque[Future[Any]] = deque()
+    written = lines = 0
     writer = None
+
+    def write(table: Any) -> None:
+        nonlocal writer, written
+        if writer is None:
+            writer = pq.ParquetWriter(out, table.schema, compression="snappy")
+        writer.write_table(table)
+        written += table.num_rows
+
     try:
         for block in _blocks(journal):
-            table = _parse(block, schema, written)
-            if writer is None:
-                writer = pq.ParquetWriter(out, table.schema, compression="snappy")
-            writer.write_table(table)
-            written += table.num_rows
+            if pool is None:
+                write(_parse(block, schema, lines))
+            else:
+                pending.append(pool.submit(_parse, block, schema, lines))
+                while len(pending) > BLOCKS_AHEAD:
+                    write(pending.popleft().result())
+            lines += block.count(b"\n")
+        while pending:
+            write(pending.popleft().result())
         if writer is None:  # an empty journal: a copy with no rows
             empty = pa.schema([*(schema.field(c) for c in COLUMNS), pa.field(LINE, pa.int64())])
             writer = pq.ParquetWriter(out, empty, compression="snappy")
     finally:
+        for waiting in pending:
+            waiting.cancel()
         if writer is not None:
             writer.close()
     return written

@@ -26,20 +26,26 @@ def claims(v: Tables) -> str:
     these per slot, so the claims must agree across every process, whichever side of a later partition it ended
     on.  New Lists of new views are judged apart (``past_new_list``): a reformation's New List takes the slot after
     its sync point, which an ACK nobody in the new view delivered may have claimed before.
+
+    Identical claims by several processes (every member delivers each slot; an ACK is journaled by its sender and
+    each receiver) are one row, with the least claimant as ``node``: the claims' text is then built once per slot,
+    not once per member.
     """
     return v.table("claims", lambda v: f"""
         SELECT * FROM (
-            SELECT node, "group", view, ts, {data_id('src', 'seq', 'qos')} AS what, qos
-            FROM {v.base} WHERE event = 'deliver' AND ts IS NOT NULL
-            UNION ALL SELECT node, "group", view, ts, concat_ws('|', 'ack', src), CAST(NULL AS STRING)
-            FROM {v.base} WHERE {_ACKS}
-            UNION ALL SELECT node, "group", view, ts + i + 1,
+            SELECT min(node) AS node, "group", view, ts, {data_id('src', 'seq', 'qos')} AS what, qos
+            FROM {v.base} WHERE event = 'deliver' AND ts IS NOT NULL GROUP BY "group", view, ts, src, seq, qos
+            UNION ALL SELECT min(node), "group", view, ts, concat_ws('|', 'ack', src), CAST(NULL AS STRING)
+            FROM {v.base} WHERE {_ACKS} GROUP BY "group", view, ts, src
+            UNION ALL SELECT min(node), "group", view, ts + i + 1,
                 {data_id(order_field('o', 0), order_field('o', 1), 'oqos')}, oqos
             FROM (SELECT *, {order_field('o', 2)} AS oqos FROM (
                 SELECT node, "group", view, ts, unnest(range(len(l))) AS i, unnest(l) AS o
-                FROM (SELECT node, "group", view, ts, {items('orders')} AS l FROM {v.base} WHERE {_ACKS})))
-            UNION ALL SELECT node, "group", view, ts, concat_ws('|', 'new_list', new_view), CAST(NULL AS STRING)
-            FROM {v.base} WHERE {_NEW_LISTS} AND new_view = view
+                FROM (SELECT min(node) AS node, "group", view, ts, {items('orders')} AS l FROM {v.base}
+                      WHERE {_ACKS} GROUP BY "group", view, ts, orders)))
+            GROUP BY "group", view, ts + i + 1, o, oqos
+            UNION ALL SELECT min(node), "group", view, ts, concat_ws('|', 'new_list', new_view), CAST(NULL AS STRING)
+            FROM {v.base} WHERE {_NEW_LISTS} AND new_view = view GROUP BY "group", view, ts, new_view
         ) WHERE ts IS NOT NULL""")
 
 

@@ -69,3 +69,26 @@ def test_journals_a_copy_cannot_hold_are_read_by_spark(spark: SparkSession, tmp_
     monkeypatch.setenv("RMP_AUDIT_COLUMNAR", "off")
     read_by_spark = run_audit(spark, [str(path)], examples=100)
     assert report.to_dict() == read_by_spark.to_dict()
+
+
+def test_copies_started_before_spark_are_the_ones_the_audit_reads(spark: SparkSession, tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """``rmp audit`` starts copying a large local input while Spark starts; the audit waits for those copies and
+    reads them (each journal copied once), with the verdict of Spark's own reader."""
+    from rmpd.audit import columnar
+    from rmpd.audit.inputs import JOURNAL_SUFFIXES
+
+    path = write_case(tmp_path, "no-duplicate", base=86_000)
+    monkeypatch.setenv("RMP_AUDIT_COLUMNAR", "off")
+    by_spark = run_audit(spark, [str(path)])
+    assert copies_of(path) == []
+    started = columnar.copy_early([str(path)], JOURNAL_SUFFIXES)
+    assert started is not None
+    started.join(timeout=60)
+    made = copies_of(path)
+    assert len(made) == 3
+    stamps = [p.stat().st_mtime_ns for p in made]
+    monkeypatch.setenv("RMP_AUDIT_COLUMNAR", "on")
+    from_copies = run_audit(spark, [str(path)])
+    assert [p.stat().st_mtime_ns for p in copies_of(path)] == stamps  # read, not written again
+    assert verdict(from_copies) == verdict(by_spark) and from_copies.violated() == ["no-duplicate"]

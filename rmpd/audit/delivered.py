@@ -4,8 +4,9 @@ Five invariants judge deliveries against each member's own journal order: total 
 deliveries, in order), no-duplicate (how often), virtual synchrony (the view installed before each delivery) and
 k-resilience (the views installed after it).  One table gives all of them: each delivery takes the last view its
 member installed before it (an as-of join on the journal position against the member's few installs, numbered by
-a window over them alone, instead of a running window over every delivery), and a window per member and message
-marks the first delivery and counts them.  It is materialized for the audit.
+a window over them alone, instead of a running window over every delivery), and an aggregation per member and
+message finds the position of the first delivery and counts them (joined back on the position, one number,
+which is unique).  It is materialized for the audit.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ def deliveries(v: Tables) -> str:
 
     ``epoch`` the view the member installed last before it (null before its first install), ``vidx`` how many
     views the member had installed by then, ``first`` whether it is the member's first delivery of the message,
-    and ``n`` how many times the member delivered the message.
+    and, on a first delivery, ``n`` how many times the member delivered the message.
     """
     return v.table("deliveries", _deliveries, cache=True)
 
@@ -48,7 +49,7 @@ def _deliveries(v: Tables) -> str:
                   WHERE event = 'deliver') AS d
             ASOF LEFT JOIN installs AS i ON {_same(MEMBER, 'd', 'i')} AND d.pos >= i.pos
         )
-        SELECT *,
-            row_number() OVER (PARTITION BY {MEMBER}, {MESSAGE} ORDER BY pos) = 1 AS first,
-            count(1) OVER (PARTITION BY {MEMBER}, {MESSAGE}) AS n
-        FROM placed"""
+        SELECT p.*, c.first_pos IS NOT NULL AS first, c.n
+        FROM placed AS p
+        LEFT JOIN (SELECT min(pos) AS first_pos, count(1) AS n FROM placed GROUP BY {MEMBER}, {MESSAGE}) AS c
+            ON p.pos = c.first_pos"""

@@ -44,7 +44,7 @@ def audit(spark: SparkSession, journals: Journals, examples: int, one_task: bool
     if journals.copies is not None:
         # Each task reads the columnar copies itself and keeps its share of the groups: Spark's own scan, shuffle
         # and hand-over of the rows to Python took longer than the checks (ten million records: about 20 s).
-        tasks = 1 if one_task else spark.sparkContext.defaultParallelism
+        tasks = 1 if one_task else min(spark.sparkContext.defaultParallelism, _groups(journals.copies))
         task = functools.partial(audit_copies, copies=journals.copies, tasks=tasks, examples=examples)
         parts = spark.range(0, tasks, 1, tasks)
     else:
@@ -131,6 +131,17 @@ def copied_records(copies: list[tuple[str, int]], tasks: int, task: int) -> str:
         FROM read_parquet([{files}], filename = true)
         JOIN (VALUES {deltas}) AS deltas(filename, delta) USING (filename)
         WHERE hash("group") % {tasks} = {task}"""
+
+
+def _groups(copies: list[tuple[str, int]]) -> int:
+    """How many groups the columnar ``copies`` hold (at least one): no more tasks than that are worth starting, as
+    each reads every copy to find its groups."""
+    import duckdb
+
+    files = ", ".join(_literal(path) for path, _ in copies)
+    with duckdb.connect() as connection:
+        found = connection.execute(f'SELECT count(1) FROM (SELECT DISTINCT "group" FROM read_parquet([{files}]))')
+        return max(1, found.fetchone()[0])
 
 
 def _literal(text: str) -> str:

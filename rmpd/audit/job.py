@@ -41,20 +41,14 @@ SMALL_INPUT_BYTES = 16 * 1024 * 1024
 """Input below this (about sixty thousand journal records) is audited with the settings of ``SMALL_INPUT``."""
 
 SMALL_INPUT = {
-    # Compiling generated Java for every operator is most of a small audit's time (a hundred-record trace: about
-    # 18 s with code generation, 9 s interpreted, when it ran sixty stages); the results are the same.
+    # Compiling generated Java for every operator costs more than it saves on a few thousand rows; the results are
+    # the same.
     "spark.sql.codegen.wholeStage": "false",
     "spark.sql.codegen.factoryMode": "NO_CODEGEN",
     # Planning once, without adaptive re-planning, is faster when every stage is a few rows.
     "spark.sql.adaptive.enabled": "false",
-    # What is left to shuffle (the union of every check's tally) is a few rows: one task does it.
+    # What is shuffled (the splits' counts) is a few rows: one task does it.
     "spark.sql.shuffle.partitions": "1",
-    # Joins of a single-partition table with itself need no exchange when sort-merged; broadcasting a side runs a
-    # job of its own for each join.
-    "spark.sql.autoBroadcastJoinThreshold": "-1",
-    # The size Spark assumes of the records' one-partition table (``read.one_partition_table``): with it every join
-    # keeps its sides in their one partition instead of shuffling them.
-    "spark.sql.defaultSizeInBytes": "1",
 }
 """Session settings for a small input (set for the audit, then put back: a session may be shared)."""
 

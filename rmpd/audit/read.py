@@ -7,8 +7,8 @@ line is invalid, if it is, and everything else is dropped before caching.  The j
 counts the invalid lines per input split; only when there is one are the journals read again to name the first
 bad file and line.  For a large input that cache is the only copy: each record's position (``position``) is
 worked out from its split columns where a check reads it (a broadcast lookup), and the record count is the sum of
-the splits' counts, so no second job copies or counts the records.  A small input is copied once more, with its
-positions, into one partition (``one_partition_table``).  Reading as text (not with the JSON source) keeps blank
+the splits' counts, so no second job copies or counts the records.  A small input is read into one partition,
+which one task checks.  Reading as text (not with the JSON source) keeps blank
 lines as rows, so line numbers count every line of the file.
 """
 
@@ -18,7 +18,6 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from py4j.protocol import Py4JError
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
@@ -115,9 +114,7 @@ def typed(raw: DataFrame) -> DataFrame:
 def read_journals(spark: SparkSession, paths: list[str], one_partition: bool = False) -> Journals:
     """Read and validate journals; raises :class:`UnreadableInput` naming the first bad file and line.
 
-    ``one_partition`` caches the records as one partition, for a small input: Spark knows such a table is already
-    clustered by any key, so no aggregation, window or join of the checks shuffles it again, and an audit that
-    spent most of its time running dozens of stages of a few rows each runs a handful.
+    ``one_partition`` caches the records as one partition, for a small input, which one task then checks whole.
     """
     files = list_files(spark, paths)
     made = columnar.copies(files) if columnar.wanted(small=one_partition) else None
@@ -142,14 +139,7 @@ def read_journals(spark: SparkSession, paths: list[str], one_partition: bool = F
         raise UnreadableInput(", ".join(paths), None, "no records (every journal file is empty)")
     records = positioned(spark, lines.drop("why"), found)
     count = sum(s.rows for s in found)
-    if not one_partition:
-        # Not cached again: copying every record to add ``pos`` cost more than looking it up where a check sorts on it.
-        return Journals(records, count, (lines,))
-    # A small input is copied once more, with ``pos``, into one partition of its own: every check then reads one
-    # table that needs no shuffle for any key or join, instead of a broadcast join in every branch of every check.
-    records = one_partition_table(spark, records.localCheckpoint())
-    lines.unpersist()
-    return Journals(records, count, ())
+    return Journals(records, count, (lines,))
 
 
 def _read_copies(spark: SparkSession, paths: list[str], files: list[str], made: list[columnar.Copy],
@@ -170,28 +160,7 @@ def _read_copies(spark: SparkSession, paths: list[str], files: list[str], made: 
     named = [(uri, Path(c.parquet).name, c.rows) for uri, c in zip(files, made, strict=True)]
     records = positioned_copies(spark, lines, named)
     local = copy_deltas([(uri, c.parquet, c.rows) for uri, c in zip(files, made, strict=True)])
-    if not one_partition:
-        return Journals(records, count, (), local)
-    return Journals(one_partition_table(spark, records.localCheckpoint()), count, (), local)
-
-
-def one_partition_table(spark: SparkSession, computed: DataFrame) -> DataFrame:
-    """``computed`` (a checkpoint: its rows are kept, not recomputed) as a one-partition table of no known size.
-
-    Spark keeps a join of two single-partition sides in one partition only when it estimates each side below
-    ``spark.sql.maxSinglePartitionBytes``, and its estimate of a join is the product of its sides' estimates: over
-    the records of even a small trace, every join of a join was estimated above any limit and shuffled both sides
-    again (some forty stages of a few rows each).  Rows read from an RDD have no estimate but
-    ``spark.sql.defaultSizeInBytes``, which a small input is planned with set to 1.  The table is made by
-    ``SparkSession.internalCreateDataFrame``, which PySpark does not wrap; should a Spark version lack it, the
-    checkpoint itself is used, with the same results.
-    """
-    jdf = computed._jdf
-    try:
-        fresh = spark._jsparkSession.internalCreateDataFrame(jdf.queryExecution().toRdd(), jdf.schema(), False)
-    except Py4JError:
-        return computed
-    return DataFrame(fresh, spark).coalesce(1)
+    return Journals(records.coalesce(1) if one_partition else records, count, (), local)
 
 
 _READ_FAILED = re.compile(r"Encountered error while reading file (\S+?)\.?\s")

@@ -75,7 +75,7 @@ def past_new_list(v: Tables) -> str:
 
 
 def slots(v: Tables) -> str:
-    """One row per claimed (group, view, ts) slot (cached per audit): ``a`` and ``b`` the least and greatest claim,
+    """One row per claimed (group, view, ts) slot (materialized): ``a`` and ``b`` the least and greatest claim,
     ``node`` the least claimant, ``ordered`` whether some claim is of a totally ordered message.
 
     The claims agree exactly when ``a == b``.  One aggregation serves both one-order and total order's gaps.

@@ -12,6 +12,8 @@ and spreads groups over executors; a small input is one task.
 from __future__ import annotations
 
 import functools
+import os
+import tempfile
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -70,12 +72,11 @@ def audit(spark: SparkSession, journals: Journals, examples: int, one_task: bool
 
 def _unique_view_id(names: list[dict[str, Any]], examples: int) -> Tally:
     """``unique-view-id`` over the view names of every group."""
-    import duckdb
     import pyarrow as pa
 
     table = pa.Table.from_pylist(names, schema=pa.schema(
         [("vid", pa.string()), ("group", pa.string()), ("ml", pa.string()), ("node", pa.string())]))
-    with duckdb.connect() as connection:
+    with connect() as connection:
         connection.register(_NAMES, table)
         tables = Tables(connection, _NAMES)
         (result,) = tally(tables.rows, [unique_view_id(tables)], examples)[1]
@@ -84,13 +85,12 @@ def _unique_view_id(names: list[dict[str, Any]], examples: int) -> Tally:
 
 def audit_groups(batches: Iterator[Any], examples: int) -> Iterator[Any]:
     """A task: the records of some groups in (``records.FLAT_SCHEMA``), their checks' result rows out."""
-    import duckdb
     import pyarrow as pa
 
     received = [b for b in batches if b.num_rows]
     if not received:
         return
-    with duckdb.connect() as connection:
+    with connect() as connection:
         connection.register("arrow_records", pa.Table.from_batches(received))
         connection.execute(f"CREATE TEMP TABLE {BASE} AS SELECT * FROM arrow_records")
         connection.unregister("arrow_records")
@@ -102,11 +102,9 @@ def audit_copies(batches: Iterator[Any], copies: list[tuple[str, int]], tasks: i
                  ) -> Iterator[Any]:
     """A task numbered by the one row of ``batches``: reads the groups whose hash falls to it from the columnar
     ``copies`` (each copy's path and position delta), checks them and returns the result rows."""
-    import duckdb
-
     for batch in batches:
         for task in batch.column(0).to_pylist():
-            with duckdb.connect() as connection:
+            with connect() as connection:
                 connection.execute(f"CREATE TEMP TABLE {BASE} AS {copied_records(copies, tasks, task)}")
                 if connection.execute(f"SELECT count(1) FROM {BASE}").fetchone()[0]:
                     yield _judge(connection, examples)
@@ -136,12 +134,19 @@ def copied_records(copies: list[tuple[str, int]], tasks: int, task: int) -> str:
 def _groups(copies: list[tuple[str, int]]) -> int:
     """How many groups the columnar ``copies`` hold (at least one): no more tasks than that are worth starting, as
     each reads every copy to find its groups."""
-    import duckdb
-
     files = ", ".join(_literal(path) for path, _ in copies)
-    with duckdb.connect() as connection:
+    with connect() as connection:
         found = connection.execute(f'SELECT count(1) FROM (SELECT DISTINCT "group" FROM read_parquet([{files}]))')
         return max(1, found.fetchone()[0])
+
+
+def connect() -> Any:
+    """A DuckDB connection in memory that spills, if it must, under the system's temporary directory (DuckDB's own
+    default is ``.tmp`` in the working directory, which is the user's, or the executor's)."""
+    import duckdb
+
+    spill = os.path.join(tempfile.gettempdir(), f"rmp-audit-duckdb-{os.getpid()}")
+    return duckdb.connect(config={"temp_directory": spill})
 
 
 def _literal(text: str) -> str:

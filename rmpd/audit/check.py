@@ -47,10 +47,8 @@ def example(
     seq: str = "NULL",
     detail: str = "NULL",
     group: str = '"group"',
-    quote: str = '"',
 ) -> str:
-    """SQL selecting the shared example columns from ``source`` (a FROM clause), each given as an expression;
-    ``quote`` quotes identifiers (DuckDB's ``"``, Spark's `` ` ``)."""
+    """SQL selecting the shared example columns from ``source`` (a FROM clause), each given as an expression."""
     given = {"node": node, "group": group, "view": view, "ts": ts, "src": src, "seq": seq, "detail": detail}
-    columns = ", ".join(f"TRY_CAST({given[name]} AS {_TYPES[name]}) AS {quote}{name}{quote}" for name in EXAMPLE_FIELDS)
+    columns = ", ".join(f"TRY_CAST({given[name]} AS {_TYPES[name]}) AS \"{name}\"" for name in EXAMPLE_FIELDS)
     return f"SELECT {columns} FROM {source}"

@@ -17,7 +17,7 @@ import tempfile
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, SparkSession
 
 from .check import Check
 from .invariants import group_checks
@@ -25,7 +25,7 @@ from .membership import unique_view_id, view_names
 from .read import Journals
 from .records import FIELD, ITEM, flat
 from .report import Tally, tally
-from .schema import EXAMPLE_FIELDS, INVARIANTS
+from .schema import EXAMPLE_FIELDS, INVARIANTS, WIRE_INVARIANTS
 from .tables import BASE, Tables
 
 RESULT_SCHEMA = (
@@ -33,7 +33,8 @@ RESULT_SCHEMA = (
     "ts BIGINT, src STRING, seq BIGINT, detail STRING"
 )
 """A task's result rows: ``kind`` is ``tally`` (``inv``, ``c``, ``x``, ``k``, ``noun``), ``example`` (``inv`` and
-the example's fields) or ``name`` (a view ID in ``view``, its member list in ``detail``, ``group`` and ``node``)."""
+the example's fields), ``name`` (a view ID in ``view``, its member list in ``detail``, ``group`` and ``node``) or
+``count`` (records read, in ``c``)."""
 
 _NAMES = "names"
 """The driver's table of every task's view names."""
@@ -53,21 +54,38 @@ def audit(spark: SparkSession, journals: Journals, examples: int, one_task: bool
         shaped = flat(journals.records)
         parts = shaped.coalesce(1) if one_task else shaped.repartition("group")
         task = functools.partial(audit_groups, examples=examples)
-    rows = parts.mapInArrow(task, RESULT_SCHEMA).collect()
+    found, names, _ = _gather(parts.mapInArrow(task, RESULT_SCHEMA), examples)
+    found["unique-view-id"] = _unique_view_id(names, examples)
+    return [found.get(name) or Tally(name) for name in INVARIANTS]
+
+
+def audit_packets(packets: DataFrame, keyed: bool, examples: int) -> tuple[int, list[Tally]]:
+    """Judge the wire invariants over decoded ``packets`` (``pcap.PACKET_SCHEMA``) in one task: they compare
+    every capture's packets together.  Returns how many packets there were and a tally per wire invariant."""
+    task = functools.partial(audit_captures, keyed=keyed, examples=examples)
+    found, _, packets_read = _gather(packets.coalesce(1).mapInArrow(task, RESULT_SCHEMA), examples)
+    return packets_read, [found.get(name) or Tally(name) for name in WIRE_INVARIANTS]
+
+
+def _gather(results: DataFrame, examples: int) -> tuple[dict[str, Tally], list[dict[str, Any]], int]:
+    """The tasks' result rows added up: a tally per invariant, the view names, and the records counted."""
     found: dict[str, Tally] = {}
     names: list[dict[str, Any]] = []
-    for row in rows:
+    counted = 0
+    for row in results.collect():
         d = row.asDict()
         if d["kind"] == "name":
             names.append({"vid": d["view"], "group": d["group"], "ml": d["detail"], "node": d["node"]})
+            continue
+        if d["kind"] == "count":
+            counted += d["c"]
             continue
         part = found.setdefault(d["inv"], Tally(d["inv"], noun=d["noun"]))
         if d["kind"] == "tally":
             part.add(Tally(d["inv"], d["c"], d["x"], d["k"]), examples)
         else:
             part.add(Tally(d["inv"], examples=[{f: d[f] for f in EXAMPLE_FIELDS}]), examples)
-    found["unique-view-id"] = _unique_view_id(names, examples)
-    return [found.get(name) or Tally(name) for name in INVARIANTS]
+    return found, names, counted
 
 
 def _unique_view_id(names: list[dict[str, Any]], examples: int) -> Tally:
@@ -96,6 +114,25 @@ def audit_groups(batches: Iterator[Any], examples: int) -> Iterator[Any]:
         connection.unregister("arrow_records")
         del received
         yield _judge(connection, examples)
+
+
+def audit_captures(batches: Iterator[Any], keyed: bool, examples: int) -> Iterator[Any]:
+    """A task: every decoded packet in, the wire checks' result rows and the packet count out."""
+    import pyarrow as pa
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    from .pcap import PACKET_SCHEMA, wire_checks
+
+    received = [b for b in batches if b.num_rows]
+    with connect() as connection:
+        if received:
+            connection.register("arrow_packets", pa.Table.from_batches(received))
+        else:  # no packet at all: the checks still run, over nothing
+            connection.register("arrow_packets", pa.Table.from_pylist([], schema=to_arrow_schema(PACKET_SCHEMA)))
+        connection.execute(f"CREATE TEMP TABLE {BASE} AS SELECT * FROM arrow_packets")
+        tables = Tables(connection)
+        counted, tallies = tally(tables.rows, wire_checks(tables, keyed), examples, counted=BASE)
+    yield _result_batch(tallies, [], counted)
 
 
 def audit_copies(batches: Iterator[Any], copies: list[tuple[str, int]], tasks: int, examples: int,
@@ -156,13 +193,17 @@ def _literal(text: str) -> str:
 
 def _judge(connection: Any, examples: int) -> Any:
     """Every per-group check over the connection's records, as one batch of result rows (``RESULT_SCHEMA``)."""
-    import pyarrow as pa
-
     tables = Tables(connection)
     checks: list[Check] = group_checks(tables)
     _, tallies = tally(tables.rows, checks, examples)
-    names = tables.rows(f"SELECT * FROM {view_names(tables)}")
-    out: list[dict[str, Any]] = []
+    return _result_batch(tallies, tables.rows(f"SELECT * FROM {view_names(tables)}"), 0)
+
+
+def _result_batch(tallies: list[Tally], names: list[dict[str, Any]], counted: int) -> Any:
+    """Tallies, view names and a record count as one batch of result rows (``RESULT_SCHEMA``)."""
+    import pyarrow as pa
+
+    out: list[dict[str, Any]] = [{"kind": "count", "c": counted}] if counted else []
     for t in tallies:
         out.append({"kind": "tally", "inv": t.name, "c": t.checked, "x": t.violations, "k": t.noted, "noun": t.noun})
         out += [{"kind": "example", "inv": t.name, "noun": t.noun, **e} for e in t.examples]

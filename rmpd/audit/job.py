@@ -23,7 +23,7 @@ from . import grouped
 from .inputs import EXIT_SPARK_FAILED, EXIT_UNREADABLE
 from .progress import Progress
 from .read import UnreadableInput, read_journals
-from .report import AuditReport, InvariantResult, evaluate, render
+from .report import AuditReport, InvariantResult, render
 from .session import log_file
 
 
@@ -109,19 +109,13 @@ def _run_audit(spark: SparkSession, paths: list[str], pcaps: list[str] | None, e
         records = journals.count
         inputs += paths
     if pcaps:
-        from .pcap import wire_checks
+        from .pcap import wire_audit
 
         if progress is not None:
             progress.phase = "checking captures"
-
-        packets, views, checks = wire_checks(spark, pcaps, key)
-        try:
-            n, wire = evaluate(views, checks, examples, counted=views.base)
-        finally:
-            views.release()
-            packets.unpersist()
+        n, wire = wire_audit(spark, pcaps, key, examples)
         records += n
-        results += wire
+        results += [t.result() for t in wire]
         inputs += pcaps
     return AuditReport(inputs, records, results)
 

@@ -30,7 +30,8 @@ from pyspark.sql import types as T
 from rmpd.wire.sealing import GroupKey
 
 from .check import Check, example
-from .views import Views
+from .report import Tally
+from .tables import Tables
 
 PACKET_SCHEMA = T.StructType(
     [
@@ -172,63 +173,71 @@ def read_captures(spark: SparkSession, paths: list[str], key: GroupKey | None = 
     return spark.createDataFrame(raw.rdd.mapPartitions(decode_partition), PACKET_SCHEMA)
 
 
-def wire_one_order(v: Views) -> Check:
+def wire_one_order(v: Tables) -> Check:
     """Every (view, ts) slot holds one thing across all captures."""
     per_slot = v.table("wire-one-order: per slot", lambda v: f"""
         SELECT view, ts, count(DISTINCT what) AS n, min(what) AS a, max(what) AS b FROM (
             SELECT view, ts, concat_ws('|', 'ack', src) AS what FROM {v.base} WHERE kind = 'ack'
-            UNION ALL SELECT view, ts + i + 1, what FROM {v.base} LATERAL VIEW posexplode(orders) AS i, what
-            WHERE kind = 'ack'
+            UNION ALL SELECT view, ts + i + 1, what FROM (
+                SELECT view, ts, unnest(range(len(orders))) AS i, unnest(orders) AS what FROM {v.base}
+                WHERE kind = 'ack')
             UNION ALL SELECT view, ts, concat_ws('|', 'new_list', new_view) FROM {v.base} WHERE kind = 'new_list'
         ) GROUP BY view, ts""")
     return Check("wire-one-order", f"SELECT * FROM {per_slot}", example(
-        f"{per_slot} WHERE n > 1", view="view", ts="ts", detail="concat('slot holds ', a, ' and ', b)",
-        group="NULL", quote="`"))
+        f"{per_slot} WHERE n > 1", view="view", ts="ts", detail="concat('slot holds ', a, ' and ', b)", group="NULL"))
 
 
-def wire_token_member(v: Views) -> Check:
+def wire_token_member(v: Tables) -> Check:
     """The token goes only to members of the view it is passed in."""
     known = v.table("wire-token-member: known", lambda v: f"""
-        SELECT DISTINCT new_view AS view, m FROM {v.base} LATERAL VIEW explode(members) AS m WHERE kind = 'new_list'""")
+        SELECT DISTINCT view, m FROM (SELECT new_view AS view, unnest(members) AS m FROM {v.base}
+                                      WHERE kind = 'new_list')""")
     acks = v.table("wire-token-member: acks", lambda v: f"""
-        SELECT view, ts, src, `next`, file, frame FROM {v.base} WHERE kind = 'ack'
+        SELECT view, ts, src, "next", file, frame FROM {v.base} WHERE kind = 'ack'
         AND view IN (SELECT view FROM {known})""")
     own = v.table("wire-token-member: own", lambda v: f"""
-        SELECT new_view AS view, ts, src, `next`, file, frame, members FROM {v.base} WHERE kind = 'new_list'""")
+        SELECT new_view AS view, ts, src, "next", file, frame, members FROM {v.base} WHERE kind = 'new_list'""")
     bad = f"""(
-        SELECT view, ts, src, `next`, file, frame FROM {acks}
-        LEFT ANTI JOIN (SELECT view, m AS `next` FROM {known}) USING (view, `next`)
-        UNION ALL SELECT view, ts, src, `next`, file, frame FROM {own} WHERE NOT array_contains(members, `next`))"""
+        SELECT view, ts, src, "next", file, frame FROM {acks}
+        ANTI JOIN (SELECT view, m AS "next" FROM {known}) USING (view, "next")
+        UNION ALL SELECT view, ts, src, "next", file, frame FROM {own} WHERE NOT list_contains(members, "next"))"""
     return Check(
         "wire-token-member",
         f"SELECT view FROM {acks} UNION ALL SELECT view FROM {own}",
-        example(bad, node="src", view="view", ts="ts", group="NULL", quote="`", detail=(
-            "concat('token passed to non-member ', `next`, ' (frame ', CAST(frame AS STRING), ' of ', file, ')')")),
+        example(bad, node="src", view="view", ts="ts", group="NULL", detail=(
+            "concat('token passed to non-member ', \"next\", ' (frame ', CAST(frame AS STRING), ' of ', file, ')')")),
     )
 
 
-def wire_authentic(v: Views, keyed: bool) -> Check:
+def wire_authentic(v: Tables, keyed: bool) -> Check:
     """Every RMP datagram of a keyed group's capture opens under its key (nothing is checked without the key)."""
     rmp = f"{v.base} WHERE NOT kind IN ('undecodable', 'encrypted') AND {str(keyed).lower()}"
     return Check("wire-authentic", f"SELECT * FROM {rmp}", example(
-        f"{rmp} AND kind = 'unauthentic'", group="NULL", quote="`", detail=(
+        f"{rmp} AND kind = 'unauthentic'", group="NULL", detail=(
             "concat('frame ', CAST(frame AS STRING), ' of ', file, ' is not sealed under the key, or does not open')")))
 
 
-def wire_checks(spark: SparkSession, paths: list[str], key: GroupKey | None = None,
-                ) -> tuple[DataFrame, Views, list[Check]]:
-    """The decoded packets (cached; the caller unpersists), the views over them (the caller releases) and the wire
-    checks."""
+def wire_checks(tables: Tables, keyed: bool) -> list[Check]:
+    """The wire checks over ``tables`` (whose base is the decoded packets of every capture)."""
+    return [wire_one_order(tables), wire_token_member(tables), wire_authentic(tables, keyed)]
+
+
+def wire_audit(spark: SparkSession, paths: list[str], key: GroupKey | None, examples: int,
+               ) -> tuple[int, list[Tally]]:
+    """Decode the captures at ``paths`` (of a keyed group: ``key`` opens them) and check them in one task; returns
+    the packets read and a tally per wire invariant."""
+    from .grouped import audit_packets
     from .read import UnreadableInput, list_files
 
     files = list_files(spark, paths, suffixes=(".pcap", ".cap", ".dmp"))
     packets = read_captures(spark, files, key).persist()
-    errors = packets.where(F.col("kind").startswith("error: ") | (F.col("kind") == "encrypted")).limit(1).collect()
-    if errors:
+    try:
+        errors = packets.where(F.col("kind").startswith("error: ") | (F.col("kind") == "encrypted")).limit(1).collect()
+        if errors:
+            if errors[0].kind == "encrypted":
+                raise UnreadableInput(errors[0].file, None, "holds encrypted datagrams of a keyed group: give its key "
+                                      "with --auth-key FILE")
+            raise UnreadableInput(errors[0].file, None, errors[0].kind.removeprefix("error: "))
+        return audit_packets(packets, key is not None, examples)
+    finally:
         packets.unpersist()
-        if errors[0].kind == "encrypted":
-            raise UnreadableInput(errors[0].file, None, "holds encrypted datagrams of a keyed group: give its key "
-                                  "with --auth-key FILE")
-        raise UnreadableInput(errors[0].file, None, errors[0].kind.removeprefix("error: "))
-    v = Views(spark, packets)
-    return packets, v, [wire_one_order(v), wire_token_member(v), wire_authentic(v, key is not None)]

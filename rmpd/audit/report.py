@@ -16,7 +16,6 @@ from rich.table import Table
 
 from .check import Check
 from .schema import EXAMPLE_FIELDS
-from .views import Views
 
 EXIT_OK = 0
 EXIT_VIOLATED = 1
@@ -106,7 +105,7 @@ class Tally:
 
 
 Rows = Callable[[str], list[dict[str, Any]]]
-"""Runs one SQL statement and returns its rows as dicts (Spark for captures, DuckDB for journals)."""
+"""Runs one SQL statement and returns its rows as dicts."""
 
 
 def tally(rows: Rows, checks: list[Check], examples: int, counted: str | None = None) -> tuple[int, list[Tally]]:
@@ -130,13 +129,6 @@ def tally(rows: Rows, checks: list[Check], examples: int, counted: str | None = 
         for d in sample:
             result[d.pop("invariant")].examples.append(d)
     return records, list(result.values())
-
-
-def evaluate(views: Views, checks: list[Check], examples: int, counted: str | None = None,
-             ) -> tuple[int, list[InvariantResult]]:
-    """Run ``checks`` over Spark ``views`` (see ``tally``)."""
-    records, tallies = tally(lambda sql: [r.asDict() for r in views.sql(sql).collect()], checks, examples, counted)
-    return records, [t.result() for t in tallies]
 
 
 def render(report: AuditReport, console: Console) -> None:

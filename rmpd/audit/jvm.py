@@ -34,10 +34,11 @@ _QUIET_ARCHIVE = "-Xlog:cds*=off"
 
 _QUICK_START = ("-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC")
 
-ARCHIVE_GENERATION = 2
-"""Part of the archive's name: raised when the audit's queries change what Spark loads (generation 2: checks as
-SQL text, which loads Spark's SQL parser), so that an upgraded auditor writes an archive of its own classes
-instead of mapping one that lacks them."""
+ARCHIVE_GENERATION = 3
+"""Part of the archive's name: raised when the audit changes what Spark loads (generation 2: checks as SQL text,
+which loads Spark's SQL parser; 3: checks in Python tasks, which load Spark's Arrow and Python runners instead of
+most SQL operators), so that an upgraded auditor writes an archive of its own classes instead of mapping one that
+lacks them."""
 
 
 class JvmLaunch:
@@ -95,11 +96,17 @@ def is_small_local_input(paths: list[str]) -> bool:
 
 def archive_path(cache_home: str | None = None) -> Path:
     """Where the archive of this Java and this Spark lives: a cache file (under ``cache_home``, by default the
-    XDG cache directory), named for both, so that an upgrade of either writes a new one instead of each start
-    trying the stale one."""
+    XDG cache directory), named for both and for when Spark's jars were installed, so that an upgrade of either, or
+    an environment made again at the same path, writes a new one instead of each start trying the stale one (Java
+    silently declines an archive whose jars changed)."""
     java_home = os.environ.get("JAVA_HOME")
     java = Path(java_home, "bin", "java") if java_home else Path(shutil.which("java") or "java")
-    identity = f"{java.resolve()}|{pyspark.__version__}|{Path(pyspark.__file__).parent}|{ARCHIVE_GENERATION}"
+    spark_home = Path(pyspark.__file__).parent
+    try:  # Java maps an archive only over the very jars it was written from; a reinstall replaces them
+        jars = (spark_home / "jars").stat().st_mtime_ns
+    except OSError:
+        jars = 0
+    identity = f"{java.resolve()}|{pyspark.__version__}|{spark_home}|{jars}|{ARCHIVE_GENERATION}"
     digest = hashlib.sha256(identity.encode()).hexdigest()[:16]
     cache = Path(cache_home or os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
     return cache / "rmpd" / f"spark-classes-{digest}.jsa"

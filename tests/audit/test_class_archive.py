@@ -99,3 +99,20 @@ def test_small_local_input_is_measured_before_spark_starts(tmp_path: Path) -> No
     assert not is_small_local_input([str(tmp_path / "missing")])
     assert not is_small_local_input(["hdfs://namenode/journals"])
     assert not is_small_local_input([])
+
+
+def test_an_install_made_again_at_the_same_path_gets_an_archive_of_its_own(tmp_path: Path,
+                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """Java maps an archive only over the jars it was written from: Spark installed again at the same path (a
+    virtual environment made again) must not keep the old archive's name, or no audit would ever write a new one."""
+    import os
+
+    import pyspark
+
+    install = tmp_path / "pyspark"
+    (install / "jars").mkdir(parents=True)
+    monkeypatch.setattr(pyspark, "__file__", str(install / "__init__.py"))
+    first = archive_path(str(tmp_path / "cache"))
+    assert archive_path(str(tmp_path / "cache")) == first
+    os.utime(install / "jars", ns=(1, 1))  # the jars installed again
+    assert archive_path(str(tmp_path / "cache")) != first

@@ -50,10 +50,11 @@ BLOCKS_AHEAD = 4
 LINE = "line"
 """Column of a copy holding each record's line number in its journal (from 1)."""
 
-_INTEGER_IN_STRINGS = re.compile(rb'(?<=[^\\[{,:"\\\\\s])",(-?(?:0|[1-9][0-9]*)),"')
-"""An integer between two strings of a list (Spark reads it, in a list of strings, as its text).  The quote before
-it must close a string: one that follows ``[``, ``{``, ``,``, ``:``, a quote, a backslash or a space may open one
-instead, and is left alone (the block then fails to parse and is left to Spark)."""
+_INTEGER_IN_STRINGS = r'([^\[{,:"\\\s])",(-?(?:0|[1-9][0-9]*)),"'
+"""An integer between two strings of a list (Spark reads it, in a list of strings, as its text), in RE2's syntax.
+The quote before it must close a string: one that follows ``[``, ``{``, ``,``, ``:``, a quote, a backslash or a
+space may open one instead, and is left alone (the block then fails to parse and is left to Spark).  RE2 has no
+lookbehind, so the character before the quote is matched (group 1) and put back."""
 
 
 @dataclass(frozen=True)
@@ -304,9 +305,9 @@ def _quote_integers(block: bytes) -> bytes:
     """``block`` with every integer between two strings of a list quoted (``_INTEGER_IN_STRINGS``).
 
     Only a list of lists (an ACK's ``orders``) can hold one, so the substitution runs on those alone, in Arrow's
-    regular expression engine (RE2, which lets other threads run meanwhile).  RE2 has no lookbehind: the character
-    before the quote is matched and put back, which matches the same places, since a match ends with the quote that
-    opens the next string and so never holds the character the next match needs before its quote.
+    regular expression engine (RE2, which lets other threads run meanwhile).  Matching the character before the
+    quote, rather than looking behind, finds the same places: a match ends with the quote that opens the next
+    string, so it never holds the character the next match needs before its quote.
     """
     import pyarrow as pa
     import pyarrow.compute as pc
@@ -319,16 +320,13 @@ def _quote_integers(block: bytes) -> bytes:
         inside, end, rest = part.partition(b"]]")
         lists.append(inside)
         ends.append(end + rest)
-    quoted = pc.replace_substring_regex(pa.array(lists, pa.binary()), pattern=_INTEGER_IN_STRINGS_RE2,
+    quoted = pc.replace_substring_regex(pa.array(lists, pa.binary()), pattern=_INTEGER_IN_STRINGS,
                                         replacement=r'\1","\2","')
     return _LIST_OF_LISTS.join([parts[0], *(q + e for q, e in zip(quoted.to_pylist(), ends, strict=True))])
 
 
 _LIST_OF_LISTS = b":[["
 """Where a list of lists (an ACK's ``orders``) starts; it ends at the first ``]]`` after."""
-
-_INTEGER_IN_STRINGS_RE2 = r'([^\[{,:"\\\s])",(-?(?:0|[1-9][0-9]*)),"'
-"""``_INTEGER_IN_STRINGS`` for RE2: the character before the quote is captured instead of looked behind."""
 
 
 def arrow_schema() -> Any:

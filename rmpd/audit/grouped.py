@@ -1,12 +1,14 @@
-"""The journal checks as Spark tasks: each task judges the records of whole groups with DuckDB.
+"""The checks as Spark tasks: each task judges the records of whole groups with DuckDB.
 
 Every journal invariant but one compares records of one group only, so the records are partitioned by group (one
 shuffle) and each task runs every check over its groups' records in one DuckDB connection: a vectorized engine over
 Arrow columns in memory, which answers a check's windows, aggregations and joins in one pass each, where Spark
 planned a stage, and often a shuffle, per operator.  A task returns a few rows: each check's counts, up to the
 wanted number of example violations, and the member lists its groups' views name, which the driver judges across
-groups (``unique-view-id``: a view ID is global).  Spark still reads the journals (any file system, any master)
-and spreads groups over executors; a small input is one task.
+groups (``unique-view-id``: a view ID is global).  Spark reads the journals (any file system, any master) and
+spreads groups over executors; a small input is one task.  A large input whose journals all have local columnar
+copies is read by the tasks themselves, each keeping its share of the groups.  The packets of captures are
+checked together in one task.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import types as T
 
 from .check import Check
 from .invariants import group_checks
@@ -28,9 +31,11 @@ from .report import Tally, tally
 from .schema import EXAMPLE_FIELDS, INVARIANTS, WIRE_INVARIANTS
 from .tables import BASE, Tables
 
-RESULT_SCHEMA = (
-    "kind STRING, inv STRING, c BIGINT, x BIGINT, k BIGINT, noun STRING, node STRING, `group` STRING, view STRING, "
-    "ts BIGINT, src STRING, seq BIGINT, detail STRING"
+RESULT_SCHEMA = T.StructType(
+    [T.StructField(name, T.StringType()) for name in ("kind", "inv")]
+    + [T.StructField(name, T.LongType()) for name in ("c", "x", "k")]
+    + [T.StructField(name, T.LongType() if name in ("ts", "seq") else T.StringType())
+       for name in ("noun", "node", "group", "view", "ts", "src", "seq", "detail")]
 )
 """A task's result rows: ``kind`` is ``tally`` (``inv``, ``c``, ``x``, ``k``, ``noun``), ``example`` (``inv`` and
 the example's fields), ``name`` (a view ID in ``view``, its member list in ``detail``, ``group`` and ``node``) or
@@ -102,16 +107,14 @@ def _unique_view_id(names: list[dict[str, Any]], examples: int) -> Tally:
 
 
 def audit_groups(batches: Iterator[Any], examples: int) -> Iterator[Any]:
-    """A task: the records of some groups in (``records.FLAT_SCHEMA``), their checks' result rows out."""
+    """A task: the records of some groups in (as ``records.flat`` shapes them), their checks' result rows out."""
     import pyarrow as pa
 
     received = [b for b in batches if b.num_rows]
     if not received:
         return
     with connect() as connection:
-        connection.register("arrow_records", pa.Table.from_batches(received))
-        connection.execute(f"CREATE TEMP TABLE {BASE} AS SELECT * FROM arrow_records")
-        connection.unregister("arrow_records")
+        _load(connection, pa.Table.from_batches(received))
         del received
         yield _judge(connection, examples)
 
@@ -124,15 +127,21 @@ def audit_captures(batches: Iterator[Any], keyed: bool, examples: int) -> Iterat
     from .pcap import PACKET_SCHEMA, wire_checks
 
     received = [b for b in batches if b.num_rows]
+    # With no packet at all the checks still run, over nothing.
+    packets = pa.Table.from_batches(received) if received else to_arrow_schema(PACKET_SCHEMA).empty_table()
     with connect() as connection:
-        if received:
-            connection.register("arrow_packets", pa.Table.from_batches(received))
-        else:  # no packet at all: the checks still run, over nothing
-            connection.register("arrow_packets", pa.Table.from_pylist([], schema=to_arrow_schema(PACKET_SCHEMA)))
-        connection.execute(f"CREATE TEMP TABLE {BASE} AS SELECT * FROM arrow_packets")
+        _load(connection, packets)
         tables = Tables(connection)
         counted, tallies = tally(tables.rows, wire_checks(tables, keyed), examples, counted=BASE)
     yield _result_batch(tallies, [], counted)
+
+
+def _load(connection: Any, table: Any) -> None:
+    """Copy the Arrow ``table`` into the connection as the checks' base table (read some twenty times: DuckDB's
+    own storage scans faster than Arrow's)."""
+    connection.register("arrow_input", table)
+    connection.execute(f"CREATE TEMP TABLE {BASE} AS SELECT * FROM arrow_input")
+    connection.unregister("arrow_input")
 
 
 def audit_copies(batches: Iterator[Any], copies: list[tuple[str, int]], tasks: int, examples: int,
@@ -149,9 +158,9 @@ def audit_copies(batches: Iterator[Any], copies: list[tuple[str, int]], tasks: i
 
 def copied_records(copies: list[tuple[str, int]], tasks: int, task: int) -> str:
     """DuckDB SQL reading, from the columnar ``copies``, the records of the groups of ``task`` (of ``tasks``) in
-    ``records.FLAT_SCHEMA``, as ``records.flat`` shapes what Spark reads (a copy holds QoS names only, and plain
+    the shape ``records.flat`` gives what Spark reads (a copy holds QoS names only, and plain
     member IDs: anything else is left to Spark's reader)."""
-    files = ", ".join(_literal(path) for path, _ in copies)
+    files = _paths(copies)
     deltas = ", ".join(f"({_literal(path)}, {delta})" for path, delta in copies)
     entry = (f"concat_ws(chr({ord(FIELD)}), coalesce(o[1], ''), coalesce(o[2], ''), coalesce(lower(o[3]), ''))")
     member = "CASE WHEN starts_with(m, '[') THEN json_extract_string(m, '$[0]') ELSE m END"
@@ -171,9 +180,9 @@ def copied_records(copies: list[tuple[str, int]], tasks: int, task: int) -> str:
 def _groups(copies: list[tuple[str, int]]) -> int:
     """How many groups the columnar ``copies`` hold (at least one): no more tasks than that are worth starting, as
     each reads every copy to find its groups."""
-    files = ", ".join(_literal(path) for path, _ in copies)
     with connect() as connection:
-        found = connection.execute(f'SELECT count(1) FROM (SELECT DISTINCT "group" FROM read_parquet([{files}]))')
+        found = connection.execute(
+            f'SELECT count(1) FROM (SELECT DISTINCT "group" FROM read_parquet([{_paths(copies)}]))')
         return max(1, found.fetchone()[0])
 
 
@@ -184,6 +193,11 @@ def connect() -> Any:
 
     spill = os.path.join(tempfile.gettempdir(), f"rmp-audit-duckdb-{os.getpid()}")
     return duckdb.connect(config={"temp_directory": spill})
+
+
+def _paths(copies: list[tuple[str, int]]) -> str:
+    """The copies' paths as a DuckDB list's elements."""
+    return ", ".join(_literal(path) for path, _ in copies)
 
 
 def _literal(text: str) -> str:
@@ -214,8 +228,6 @@ def _result_batch(tallies: list[Tally], names: list[dict[str, Any]], counted: in
 
 @functools.cache
 def _result_schema() -> Any:
-    import pyarrow as pa
+    from pyspark.sql.pandas.types import to_arrow_schema
 
-    types = {"STRING": pa.string(), "BIGINT": pa.int64()}
-    fields = [part.strip().split(" ") for part in RESULT_SCHEMA.split(",")]
-    return pa.schema([(name.strip("`"), types[kind]) for name, kind in fields])
+    return to_arrow_schema(RESULT_SCHEMA)

@@ -145,9 +145,8 @@ def read_journals(spark: SparkSession, paths: list[str], one_partition: bool = F
 def _read_copies(spark: SparkSession, paths: list[str], files: list[str], made: list[columnar.Copy],
                  one_partition: bool) -> Journals:
     """The records of journals that all have columnar copies (``columnar``): already valid and counted, so no job
-    runs here.  A large input's records, with their positions, are cached as the checks' query first reads them:
-    its twenty-odd scans of the records then read memory, not Parquet decoded again and joined to the positions
-    (10 million records took about a quarter longer uncached)."""
+    runs here.  The checks' tasks read the copies themselves (``Journals.copies``); the records as a DataFrame are
+    there for whoever wants them through Spark."""
     count = sum(c.rows for c in made)
     if count == 0:
         raise UnreadableInput(", ".join(paths), None, "no records (every journal file is empty)")

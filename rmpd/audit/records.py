@@ -27,14 +27,6 @@ SCALARS = ("node", "group", "event", "view", "ts", "src", "seq", "qos", "packet"
            "order_view", "role", "conn", "msg_ts", "accepted", "pos")
 """Columns handed over as they are."""
 
-FLAT_SCHEMA = (
-    "node STRING, `group` STRING, event STRING, view STRING, ts BIGINT, src STRING, seq BIGINT, qos STRING, "
-    "packet STRING, new_view STRING, holders BIGINT, need BIGINT, order_view STRING, role STRING, conn STRING, "
-    "msg_ts BIGINT, accepted BOOLEAN, pos BIGINT, orders STRING, norders INT, keys STRING, ml STRING, msize INT"
-)
-"""The flat records' schema, in Spark's DDL."""
-
-
 def _strings(values: tuple[str, ...] | list[str]) -> str:
     return ", ".join(f"'{v}'" for v in values)
 
@@ -53,7 +45,8 @@ def qos_name(col: str) -> str:
 
 
 def flat(records: DataFrame) -> DataFrame:
-    """``records`` (``schema.COLUMNS`` and ``pos``) in ``FLAT_SCHEMA``.
+    """``records`` (``schema.COLUMNS`` and ``pos``) as the checks read them: ``SCALARS``, then ``orders`` and
+    ``keys`` as joined strings, ``norders`` (0 without orders), ``ml`` and ``msize``.
 
     A null element of an ``orders`` entry travels as an empty field; a member given as a ``[pid,
     multicast_capable]`` pair counts by its pid.

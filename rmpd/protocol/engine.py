@@ -15,6 +15,7 @@ The parts, each owning its state (docs/architecture.md):
 
 - ``Views`` (views.py): the view ordered in, the view the application saw, and every view heard of;
 - ``Ordering`` (ordering.py): the DataList, the OrderingQ, reassembly and the delivery cursors;
+- ``Receipt`` (receipt.py): holding a received (or own) data packet, and what it tells the other parts;
 - ``Deliverer`` (delivery.py): handing packets to the application along the delivery cursors;
 - ``Holdings`` (stability.py): what each member is known to hold, for resilient delivery and freeing slots;
 - ``Token`` (token.py): holding, passing and accepting the token;
@@ -24,15 +25,16 @@ The parts, each owning its state (docs/architecture.md):
 - ``ViewChanges`` (viewchange.py): membership requests, New Lists, join admission, leaving;
 - ``Reformation`` (reformation.py): suspecting failures and reforming the view;
 - ``CallRelay`` (relay.py): non-members' calls;
+- ``KeyTables`` (keytables.py): the group's key table at this member, and the one a joiner brought;
 - ``Liveness`` (liveness.py): Alives, silent members, and merging with another view of the group;
 - ``Departure`` (departure.py): out of the group, finished, lingering, and whether the process rejoins;
 - ``Outbox`` (outbox.py): what goes out; ``TimerRegistry`` (timers.py): every timer, in firing order.
 
-This module holds what crosses parts: building and wiring them, application requests, the timers' handlers,
-holding a received data packet and the step that runs after every input (``_progress``).  ``GroupEngine`` is made
-of three more parts of its own, each in its module: which packets are taken and the dispatch table by member state
-and packet type (intake.py, ``PacketIntake``), how a membership ends (ending.py, ``MembershipEnding``), and what a
-reformation asks of this member (reformside.py, ``ReformationSide``).
+This module holds what crosses parts: building and wiring them, application requests, the timers' handlers and
+the step that runs after every input (``_progress``).  ``GroupEngine`` is made of three more parts of its own, each
+in its module: which packets are taken and the dispatch table by member state and packet type (intake.py,
+``PacketIntake``), how a membership ends (ending.py, ``MembershipEnding``), and what a reformation asks of this
+member (reformside.py, ``ReformationSide``).
 """
 
 from __future__ import annotations
@@ -50,14 +52,16 @@ from .events import SendRefused, ViewInstalled
 from .ids import ProcessId, ViewCounter, ViewId
 from .intake import MemberState, PacketIntake
 from .keys import KeyTable
+from .keytables import KeyTables
 from .limits import check_handler, check_keys, check_lock, check_message_size, keyed_qos
 from .liveness import Liveness
 from .membership import Op
 from .multirpc import ScmpSettings
-from .ordering import DeliveredBefore, Held, Ordering
+from .ordering import DeliveredBefore, Ordering
 from .outbox import Outbox, OutputLists, Outputs
-from .packets import Confirm, Data, Keyed, NewList, NonMemberAck, NonMemberData
-from .qos import DELIVERY_RULES, Gate, Level, QoS
+from .packets import Confirm, Data, NewList, NonMemberAck, NonMemberData
+from .qos import Level, QoS
+from .receipt import Receipt
 from .reformation import Reformation, Rng
 from .reformside import ReformationSide
 from .relay import CallRelay
@@ -68,7 +72,7 @@ from .stability import Holdings
 from .status import GroupStatus, MembershipEnd
 from .timers import TimerRegistry
 from .token import Token
-from .view import KEYS_HANDLER, View
+from .view import View
 from .viewchange import ViewChanges
 from .views import Views
 
@@ -134,27 +138,14 @@ class GroupEngine(PacketIntake, MembershipEnding, ReformationSide):
         self.sender = Sender(ctx, first_seq=next_seq, first_unreliable_seq=first_unreliable_seq, emit=self._emit_own)
         self.relay = relay = CallRelay(ctx, scmp or ScmpSettings(), wall_offset)
         view_counter = view_counter or ViewCounter(pid, 0, now)
-        # A joiner takes the group's key table from a member that was in the view before (rmpd.protocol.keys); a
-        # founder starts from the one it kept, if it was in the group before.
-        if kept_keys is not None and joined_by is None:
-            self.keys = kept_keys.for_founder()
-        else:
-            self.keys = KeyTable(config.key_retention_count, int(config.key_retention_seconds * 1000),
-                                 awaiting=view.view_id if joined_by is not None and joined_by.keys else None)
-        # A joiner that kept a table of the group (its join said so) brings it: every member merges it into the
-        # group's where the order delivers it.
-        self._brought_keys: KeyTable | None = None
-        if joined_by is not None and joined_by.brings_keys:
-            self._brought_keys = kept_keys or KeyTable(config.key_retention_count,
-                                                       int(config.key_retention_seconds * 1000))
-            self.keys.expect(pid, dict(joined_by.seqs).get(pid, 0))  # its own table too, where the order has it
-        self.changes = ViewChanges(ctx, ordering, relay, self.keys, view_counter=view_counter, request_ids=request_ids,
-                                   join_floor=join_floor, joined_by=joined_by)
+        self.keys = keys = KeyTables(ctx, self.sender, joined_by=joined_by, kept=kept_keys)
+        self.changes = ViewChanges(ctx, ordering, relay, keys.table, view_counter=view_counter,
+                                   request_ids=request_ids, join_floor=join_floor, joined_by=joined_by)
         self.repair = repair = Repair(ctx, ordering, token, start_ts=start_ts, suspect=self.suspect_failure)
-        self.deliverer = Deliverer(ctx, ordering, holdings, relay, self.keys,
-                                  commit_view=lambda nl, now: self.rotation.commit_view(nl, now),
-                                  send_keys=lambda pieces, now: self.sender.send_now(
-                                      pieces, QoS(Level.TOTAL), KEYS_HANDLER, self.views.current.view_id, now))
+        self.deliverer = Deliverer(ctx, ordering, holdings, relay, keys.table, send_keys=keys.send,
+                                   commit_view=lambda nl, now: self.rotation.commit_view(nl, now))
+        self.receipt = Receipt(ctx, ordering, keys, self.deliverer, repair, token, frozen=lambda: self.frozen,
+                               leaving=lambda: self.leaving)
         self.reformation = Reformation(ctx, rng, view_counter, host=self)
         self.timers = timers = TimerRegistry()
         timers.add("reformation", self.reformation, self.reformation.on_timer)
@@ -169,7 +160,7 @@ class GroupEngine(PacketIntake, MembershipEnding, ReformationSide):
         timers.add("request", self.changes.timer, self._request_due, frozen_stops=True, departed_stops=True)
         self.liveness = Liveness(ctx, now, suspect=self.suspect_failure, merge=self._merge, cut_off=self._cut_off)
         timers.add("alive", self.liveness.timer, self.liveness.due, frozen_stops=True, departed_stops=True)
-        timers.add("keys", self.keys.wait, lambda now: self._cut_off(now, "the group's key table did not arrive"),
+        timers.add("keys", keys.table.wait, lambda now: self._cut_off(now, "the group's key table did not arrive"),
                    departed_stops=True)
         if joined_by is not None:
             self.liveness.joined_from(joined_by.view)
@@ -187,10 +178,7 @@ class GroupEngine(PacketIntake, MembershipEnding, ReformationSide):
         outbox.event(ViewInstalled(group, view.view_id, view.members, start_ts))
         outbox.record("view", now, ts=start_ts, members=list(view.members), locks=[list(x) for x in view.locks],
                       view=str(view.view_id))
-        if self._brought_keys is not None:
-            self.stats["key_tables_brought"] += 1
-            self.sender.send_now(self._brought_keys.brought_pieces(), QoS(Level.TOTAL), KEYS_HANDLER, view.view_id,
-                                 now)
+        keys.send_brought(now)
 
     # ------------------------------------------------------------------------------------------------------------
     # What callers may read
@@ -261,11 +249,8 @@ class GroupEngine(PacketIntake, MembershipEnding, ReformationSide):
                              (sender.next_seq - 1, sender.next_unreliable_seq - 1), self.ordering.delivered_state())
 
     def table_to_keep(self) -> KeyTable | None:
-        """The key table this process keeps when its membership ends by itself (``RmpProcess``): the group's, if
-        it holds it, else the one it brought, which the group's would have included."""
-        if self.keys.ready and len(self.keys):
-            return self.keys
-        return self._brought_keys if self._brought_keys is not None and len(self._brought_keys) else None
+        """The key table this process keeps when its membership ends by itself (``KeyTables.to_keep``)."""
+        return self.keys.to_keep()
 
     def raise_latest(self, value: int) -> None:
         """SCMP ``latest`` reached stable storage (``CallRelay.raise_latest``)."""
@@ -423,50 +408,8 @@ class GroupEngine(PacketIntake, MembershipEnding, ReformationSide):
     # Data
 
     def on_data(self, packet: Data, now: float) -> None:
-        level = packet.qos.level
-        if packet.src not in self.views.current and not self.frozen and (
-                level == Level.UNRELIABLE or self.ordering.q.ts_of((packet.src, packet.seq)) is None):
-            # A process our view no longer holds (a reformation cut it off) still speaks in an older view we know.
-            # Only a packet an ACK already ordered is still wanted (a NACK's answer), or, while a reformation runs,
-            # one its sync point may name; anything else came too late: no token site may order it.
-            self.stats["removed_source"] += 1
-            return
-        if level == Level.UNRELIABLE:
-            self.deliverer.deliver(packet, None, now, holders=1)
-            return
-        held, ts, gap = self.ordering.hold(packet)
-        if held is Held.DUPLICATE:
-            self.stats["duplicates"] += 1
-            if packet.src != self.pid and packet.seq <= self.ordering.ordered_upto.get(packet.src, 0):
-                self._resent_after_order(now)
-            return
-        if held is Held.MISMATCH:
-            self.stats["qos_mismatch"] += 1
-            return
-        if type(packet.payload) is Keyed:
-            self.keys.in_use = True
-        elif packet.handler == KEYS_HANDLER and not self.keys.ready:
-            messages = packet.payload if type(packet.payload) is tuple else (packet.payload,)
-            if all(type(message) is bytes for message in messages) and self.keys.take_pieces(packet.src, messages):
-                self.stats["key_tables_taken"] += 1
-                self.deliverer.send_owed_tables(now)
-        if gap:
-            self.repair.maybe_gap(packet.src)
-        rule = DELIVERY_RULES[level]
-        if rule.on_receipt:
-            self.deliverer.deliver(packet, ts, now, holders=1)
-        if rule.gate is Gate.SOURCE:
-            self.deliverer.source_chain(packet.src, now)
-
-    def _resent_after_order(self, now: float) -> None:
-        """The source resent a packet that is ordered already: it missed the ACK that ordered it and knows of no
-        later timestamp, so it has no hole to NACK and goes on resending on its backed-off timer.  The token site
-        passes the token soon (a NULL ACK after ``null_ack_prompt``) instead of after up to ``null_ack_interval``:
-        the NULL ACK names the newest timestamp, and the source NACKs what it missed.  Only the token site answers,
-        once per prompt interval, so a burst of resends costs one packet."""
-        self.stats["resent_after_order"] += 1
-        if not (self.frozen or self.leaving) and self.pid in self.views.current:
-            self.token.prompt_null(now + self.config.null_ack_prompt)
+        """A data packet received, or one of this member's own leaving (``Receipt.on_data``)."""
+        self.receipt.on_data(packet, now)
 
     # ------------------------------------------------------------------------------------------------------------
     # After every input

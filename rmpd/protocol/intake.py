@@ -37,6 +37,7 @@ from .views import Views
 
 if TYPE_CHECKING:
     from .departure import Departure
+    from .keytables import KeyTables
     from .liveness import Liveness
     from .ordering import Ordering
     from .outbox import Outbox
@@ -77,6 +78,7 @@ class PacketIntake:
     liveness: Liveness
     departure: Departure
     rotation: Rotation
+    keys: KeyTables
     _member_handlers: dict[type, PacketHandler]
     _departed_handlers: dict[type, PacketHandler]
 
@@ -220,7 +222,7 @@ class PacketIntake:
 
     def _on_new_list(self, nl: NewList, now: float) -> None:
         if nl.brings_keys:
-            self.keys.in_use = True  # the group carries keys from here on: later joiners wait for its table
+            self.keys.carried()
         if nl.request_src is not None or not self.reformation.on_new_list(nl, now):
             self.rotation.on_new_list(nl, now)
 

@@ -12,14 +12,10 @@ application in exactly the order the process produced them.
 from __future__ import annotations
 
 import contextlib
-import logging
 import math
-import random
 import socket
-import time
 from collections import Counter
 from collections.abc import Callable, Iterator
-from dataclasses import replace
 from typing import Any, Protocol
 
 import trio
@@ -30,22 +26,19 @@ from rmpd.protocol.ids import process_id_of
 from rmpd.protocol.multirpc import ScmpSettings
 from rmpd.protocol.naming import DEFAULT_RANGE, group_address
 from rmpd.protocol.packets import packet_type_of
-from rmpd.protocol.process import RmpProcess
 from rmpd.protocol.qos import QoS
 from rmpd.protocol.quorum import Quorum
 from rmpd.protocol.status import GroupStatus
 from rmpd.protocol.view import View
-from rmpd.scmp.latest import LatestStore
 from rmpd.wire.forwarding import FORWARD_TAG
 from rmpd.wire.sealing import SEALED_TAGS
 
 from .auth import DatagramGuard
+from .incarnation import Incarnation
 from .journal import FlushingJournal
 from .metrics import LoopMetrics
 from .routes import GroupRoutes
 from .sockets import MAX_DATAGRAM, DatagramSender, Listener, MulticastListeners, open_unicast
-
-log = logging.getLogger("rmpd")
 
 RECEIVE_BATCH = 64
 """Datagrams read from one socket before draining, so a flood cannot starve the timer or the clients."""
@@ -91,18 +84,10 @@ class ProcessLoop:
         self.sock = open_unicast(ip, port, ttl)
         self.port = self.sock.getsockname()[1]
         self.pid = f"{ip}:{self.port}"
-        wall_ms = int(time.time() * 1000)
-        self.latest_store = LatestStore(latest_path(self.pid)) if latest_path is not None else None
-        scmp = scmp or ScmpSettings()
-        if self.latest_store is not None:
-            # Crash recovery (SCMP figure 2-2): upper starts at the persisted latest, 0 when this is the first run.
-            found = self.latest_store.load() or 0
-            scmp = replace(scmp, upper=found, latest=found)
-        # A daemon restarts on the same port, so the same process ID: start sequence numbers from the clock so
-        # the new incarnation's messages never look like duplicates of the old one's.
-        self.process = RmpProcess(pid=self.pid, config=engine_config or EngineConfig(), rng=random.Random(),
-                                  now=trio.current_time(), wall_ms=wall_ms, multicast_capable=multicast,
-                                  seq_base=wall_ms * 1000, scmp=scmp)
+        self.incarnation = Incarnation(self.pid, engine_config or EngineConfig(), multicast=multicast, scmp=scmp,
+                                       latest_path=latest_path, stats=self.stats)
+        """Where this run's sequence numbers start, and its SCMP ``latest`` on stable storage."""
+        self.process = self.incarnation.process
         self.application: EventHandler = _NoHandler()
         self.metrics = LoopMetrics(self)
         self.datagrams = DatagramSender(self.sock, self.stats)
@@ -392,11 +377,7 @@ class ProcessLoop:
             transmit(tx)
         records = out.records
         if records and self.journal is not None:
-            wall = time.time()
-            for rec in records:
-                rec["wall"] = wall
-            self.journal.write(self.pid, records)
-            self.journal.flush()
+            self.journal.write_drained(self.pid, records)
         events = out.events
         metrics, pid, now = self.metrics, self.pid, trio.current_time()
         for event in events:
@@ -411,7 +392,7 @@ class ProcessLoop:
             elif isinstance(event, ENDED) and not (isinstance(event, Left) and event.rejoining):
                 self._unlisten(event.group)  # a process that rejoins by itself listens for its group meanwhile
         if out.persist is not None:
-            self._persist(out.persist)
+            self.incarnation.persist(out.persist, self._nursery, self._taken)
         deadline = out.deadline
         self._deadline = math.inf if deadline is None else deadline
         if self._timer_scope is not None and self._timer_scope.deadline != self._deadline:
@@ -427,29 +408,6 @@ class ProcessLoop:
         (or fill their windows again, in a step of their own)."""
         self.process.set_link_busy(busy, trio.current_time())
         self._taken()
-
-    def _persist(self, value: int) -> None:
-        """Write ``latest`` durably off the loop, then tell the process (which only then accepts up to it)."""
-        store = self.latest_store
-        if store is None:
-            return
-
-        async def write() -> None:
-            try:
-                durable = await trio.to_thread.run_sync(store.write, value)
-            except OSError as exc:
-                # Without a durable latest the process keeps refusing calls stamped beyond the old one: safe.
-                self.stats["latest_write_failed"] += 1
-                log.error("cannot write %s: %s", store.path, exc)
-                durable = store.value or 0
-                await trio.sleep(1.0)
-            self.process.persisted(durable, trio.current_time())
-            self._taken()
-
-        if self._nursery is None:
-            self.process.persisted(store.write(value), trio.current_time())
-        else:
-            self._nursery.start_soon(write)
 
     # ------------------------------------------------------------------------------------------------------------
     # Multicast sockets, opened before a join (to hear the answer) and closed once the group is left

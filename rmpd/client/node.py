@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import contextlib
 from collections import Counter
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -22,12 +22,10 @@ from prometheus_client import CollectorRegistry
 
 from rmpd.keyfile import load_key_file
 from rmpd.localapi import BAD_REQUEST, DEFAULT_MIN_PARTITION, parse_min_partition
-from rmpd.protocol.calls import CALL_ERRORS, CALL_GRACE, DEFAULT_CALL_TIMEOUT
+from rmpd.protocol.calls import DEFAULT_CALL_TIMEOUT
 from rmpd.protocol.config import EngineConfig
 from rmpd.protocol.events import AlreadyDelivered as EngineAlreadyDelivered
 from rmpd.protocol.events import (
-    CallAnswered,
-    CallToAnswer,
     Delivered,
     JoinFailed,
     Left,
@@ -37,7 +35,7 @@ from rmpd.protocol.events import (
 )
 from rmpd.protocol.events import Event as EngineEvent
 from rmpd.protocol.ids import view_name
-from rmpd.protocol.limits import BadArgument, check_message_size
+from rmpd.protocol.limits import check_message_size
 from rmpd.protocol.naming import DEFAULT_RANGE
 from rmpd.protocol.process import NotMember
 from rmpd.protocol.qos import QoS
@@ -47,22 +45,15 @@ from rmpd.runtime.auth import DatagramGuard
 from rmpd.runtime.journal import FlushingJournal
 from rmpd.runtime.loop import ProcessLoop
 from rmpd.runtime.net import interface_address, loopback_interface, packet_limits_for
-from rmpd.told import JOIN_END_CODES, TOLD, Told, call_failure, ending, lock_refusal, view_of
+from rmpd.told import JOIN_END_CODES, TOLD, Told, ending, lock_refusal, view_of
 
 from .backend import Participant
 from .batching import Coalescer, Poster, SendBatch
+from .calls import NodeCalls
 from .errors import RmpdError, check_group_name_here, single_error
-from .events import AlreadyDelivered, CallRequest, Rejoining, Undelivered, ViewChange, deliveries_of
+from .events import AlreadyDelivered, Rejoining, Undelivered, ViewChange, deliveries_of
 from .group import EVENT_BUFFER, Group, GroupInbox, JoinOnce
-
-
-@contextlib.contextmanager
-def _refused() -> Iterator[None]:
-    """The engine's refusal of an argument as the RmpdError a daemon would answer with (same code, same text)."""
-    try:
-        yield
-    except BadArgument as exc:
-        raise RmpdError(exc.code, str(exc)) from None
+from .refusals import refused
 
 
 class _Wait:
@@ -120,7 +111,8 @@ class Node:
         self._groups: dict[str, tuple[Group, GroupInbox]] = {}
         """Each joined group, with its inbox (the drain feeds it)."""
         self._locks: LockRequests[_Wait] | None = None
-        self._calls: dict[int, tuple[trio.Event, list[CallAnswered]]] = {}
+        self._calls = NodeCalls(self._require, self._groups)
+        """The program's calls to groups, and the calls its groups hand it to answer."""
         self._poster = Poster(self._send_batch)
         self._coalescer = Coalescer(self._poster, self._hand_over_batch, self._wait_for_room)
         self._app: ProcessAdapter | None = None
@@ -285,7 +277,7 @@ class Node:
     def _check_size(self, payload: bytes, qos: QoS) -> None:
         if len(payload) <= self._config.max_packet and len(payload) <= self._config.max_message:
             return  # the common case, on every send and post: fits whatever the QoS
-        with _refused():
+        with refused():
             check_message_size(self._config, payload, qos)
 
     def _hand_over(self, group: str, payloads: list[bytes], qos: QoS, handler: int | None,
@@ -298,7 +290,7 @@ class Node:
         if keys is None and post_id is not None:
             ids = range(post_id, post_id + len(payloads))
         try:
-            with _refused(), loop.one_step():
+            with refused(), loop.one_step():
                 if keys is None:
                     seqs = loop.send_many(group, payloads, qos, handler)
                 else:
@@ -335,34 +327,7 @@ class Node:
                    timeout: float = DEFAULT_CALL_TIMEOUT,
                    qos: QoS = QoS.TOTAL) -> bytes | None:
         """Call ``group`` without joining it (see :meth:`rmpd.client.Client.call`)."""
-        check_group_name_here(group)
-        loop = self._require()
-        done, answer = trio.Event(), list[CallAnswered]()
-        with _refused(), loop.one_step():  # the answer can come at once (our own one-member group)
-            call_id = loop.call(group, bytes(payload), handler=handler, timeout=timeout, qos=qos)
-            self._calls[call_id] = (done, answer)
-        try:
-            with trio.move_on_after(timeout + CALL_GRACE):
-                await done.wait()
-        finally:
-            if self._calls.pop(call_id, None) is not None and not answer:
-                loop.cancel_call(call_id)
-        if not answer:
-            raise RmpdError("call-timeout", CALL_ERRORS["timeout"])
-        failure = call_failure(answer[0])
-        if failure is not None:
-            raise RmpdError(*failure)
-        return answer[0].reply
-
-    async def _reply(self, request: CallRequest, payload: bytes) -> None:
-        await trio.lowlevel.checkpoint()
-        try:
-            with _refused():
-                ok = self._require().reply(request.group, request.caller, request.conn, request.stamp, payload)
-        except NotMember as exc:
-            raise RmpdError("not-member", str(exc)) from None
-        if not ok:
-            raise RmpdError("stale-call", "that call is not waiting for a reply from this node")
+        return await self._calls.call(group, payload, handler=handler, timeout=timeout, qos=qos)
 
     async def members(self, group: str) -> tuple[str, list[str]]:
         await trio.lowlevel.checkpoint()
@@ -376,7 +341,7 @@ class Node:
         assert self._locks is not None
         wait = _Wait()
         try:
-            with _refused():
+            with refused():
                 self._locks.request(group, lock, op, wait, self)  # one owner: this program's tasks share a request
         except NotMember as exc:
             raise RmpdError("not-member", str(exc)) from None
@@ -414,8 +379,8 @@ class Node:
         by_told: dict[Told, Callable[[Any], None]] = {
             Told.DELIVERIES: self._delivered, Told.VIEW: self._view_installed, Told.UNDELIVERED: self._undelivered,
             Told.ALREADY_DELIVERED: self._already_delivered,
-            Told.ENDED: self._ended, Told.CALL: self._call_request, Told.LOCK_ANSWER: self._lock_answered,
-            Told.CALL_ANSWER: self._call_answered, Told.NOTHING: _not_told}
+            Told.ENDED: self._ended, Told.CALL: self._calls.requested, Told.LOCK_ANSWER: self._lock_answered,
+            Told.CALL_ANSWER: self._calls.answered, Told.NOTHING: _not_told}
         return {kind: by_told[told] for kind, told in TOLD.items()}
 
     def _delivered(self, event: Delivered) -> None:
@@ -482,23 +447,11 @@ class Node:
             if joined is not None:
                 joined[1].end(None if end.asked else error)
 
-    def _call_request(self, event: CallToAnswer) -> None:
-        joined = self._groups.get(event.group)
-        if joined is not None:
-            joined[1].call(CallRequest(event.payload, event.caller, event.conn, event.stamp, event.handler,
-                                       event.group, str(event.view), self._reply))
-
     def _lock_answered(self, event: LockResult) -> None:
         refusal = lock_refusal(event)
         error = RmpdError(*refusal) if refusal is not None else None
         for wait, _owner in self._locks.answered(event) if self._locks is not None else ():
             wait.end(error)
-
-    def _call_answered(self, event: CallAnswered) -> None:
-        entry = self._calls.get(event.call_id)
-        if entry is not None:
-            entry[1].append(event)
-            entry[0].set()
 
 
 class ReaderPace:

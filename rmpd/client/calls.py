@@ -18,10 +18,9 @@ from rmpd.protocol.qos import QoS
 from rmpd.runtime.loop import ProcessLoop
 from rmpd.told import call_failure
 
-from .errors import RmpdError, check_group_name_here
+from .errors import RmpdError, check_group_name_here, refused
 from .events import CallRequest
 from .group import Group, GroupInbox
-from .refusals import refused
 
 
 class NodeCalls:

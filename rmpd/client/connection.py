@@ -27,7 +27,8 @@ from .backend import Participant
 from .batching import Coalescer, Poster, SendBatch
 from .errors import ConnectionLost, RmpdError, check_group_name_here, single_error
 from .events import AlreadyDelivered, CallRequest, Delivery, Rejoining, Undelivered, ViewChange, deliveries_of
-from .group import Group, GroupInbox, JoinOnce
+from .group import Group, GroupInbox
+from .joinonce import JoinOnce
 
 
 class _Pending:

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
+
 from rmpd.localapi import BAD_KEY, BAD_REQUEST, check_group_name
-from rmpd.protocol.limits import check_keyed
+from rmpd.protocol.limits import BadArgument, check_keyed
 from rmpd.protocol.qos import QoS
 
 
@@ -47,3 +50,14 @@ def single_error(group: BaseExceptionGroup) -> BaseException:
     while isinstance(error, BaseExceptionGroup) and len(error.exceptions) == 1:
         error = error.exceptions[0]
     return error
+
+
+@contextlib.contextmanager
+def refused() -> Iterator[None]:
+    """The embedded engine's refusal of an argument (:class:`rmpd.protocol.limits.BadArgument`) as the RmpdError a
+    daemon would answer with (same code, same text): the node and its calls hand the program's arguments to the
+    engine, and one translation keeps their errors alike."""
+    try:
+        yield
+    except BadArgument as exc:
+        raise RmpdError(exc.code, str(exc)) from None

@@ -50,10 +50,10 @@ from rmpd.told import JOIN_END_CODES, TOLD, Told, ending, lock_refusal, view_of
 from .backend import Participant
 from .batching import Coalescer, Poster, SendBatch
 from .calls import NodeCalls
-from .errors import RmpdError, check_group_name_here, single_error
+from .errors import RmpdError, check_group_name_here, refused, single_error
 from .events import AlreadyDelivered, Rejoining, Undelivered, ViewChange, deliveries_of
-from .group import EVENT_BUFFER, Group, GroupInbox, JoinOnce
-from .refusals import refused
+from .group import EVENT_BUFFER, Group, GroupInbox
+from .joinonce import JoinOnce
 
 
 class _Wait:

@@ -85,6 +85,16 @@ class Caller:
         self.datagrams: list[Transmit] = []
         self.events: list[Event] = []
 
+    def take_outputs(self) -> tuple[list[Transmit], list[Event]]:
+        """The datagrams and events made since the last take, handed over once (the process drains them after every
+        input, so an empty take makes no new lists)."""
+        datagrams, events = self.datagrams, self.events
+        if datagrams:
+            self.datagrams = []
+        if events:
+            self.events = []
+        return datagrams, events
+
     def call(self, group: str, payload: bytes, handler: int | None, timeout: float, now: float, wall_ms: int,
              qos: QoS | None = None) -> int:
         busy = {c.conn for c in self.calls.values()}

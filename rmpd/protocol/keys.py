@@ -116,6 +116,10 @@ class KeyTable:
         """This member holds the group's table (it may decide keyed deliveries)."""
         return self.awaiting is None
 
+    def carry(self) -> None:
+        """The group carries keyed messages from here on: its later joiners wait for this table (``in_use``)."""
+        self.in_use = True
+
     def expect(self, member: ProcessId, after_seq: int) -> None:
         """``member`` was admitted (its messages as a member start after ``after_seq``) bringing a table of its
         own: it is merged where the order delivers its last piece, at every member alike."""

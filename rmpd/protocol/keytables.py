@@ -57,7 +57,7 @@ class KeyTables:
 
     def carried(self) -> None:
         """The group carries keys from here on: later joiners wait for its table."""
-        self.table.in_use = True
+        self.table.carry()
 
     def held(self, packet: Data) -> bool:
         """A data packet was held: a keyed one shows the group carries keys, and pieces of the group's table are

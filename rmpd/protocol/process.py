@@ -387,15 +387,13 @@ class RmpProcess(PacketRouting, Joining):
         anyone else does, and runs the call at most once the same way.
         """
         looped: list[bytes] = []
-        if self.caller.datagrams:
-            for tx in self.caller.datagrams:
-                if tx.dest == self.pid or (tx.dest is None and tx.group in self.engines):
-                    looped.append(tx.data)
-                if tx.dest != self.pid:
-                    self._out.datagrams.append(tx)
-            self.caller.datagrams = []
-        self._out.events.extend(self.caller.events)
-        self.caller.events = []
+        datagrams, events = self.caller.take_outputs()
+        for tx in datagrams:
+            if tx.dest == self.pid or (tx.dest is None and tx.group in self.engines):
+                looped.append(tx.data)
+            if tx.dest != self.pid:
+                self._out.datagrams.append(tx)
+        self._out.events.extend(events)
         loop_back = self.pid if self.caller.calls else None
         for group, engine in list(self.engines.items()):
             looped += engine.hand_over(self._out, loop_back)

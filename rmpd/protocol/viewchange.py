@@ -140,7 +140,7 @@ class ViewChanges:
                 seqs[request.src] = request.arg or 0  # a (re)joiner's messages start after this
             brings_keys = admits and request.keys_position > 0
             if brings_keys:
-                self.keys.in_use = True  # this view's later joiners wait for the group's table, with these keys
+                self.keys.carry()  # this view's later joiners wait for the group's table, with these keys
             return NewList(
                 view.view_id, self.pid, self.ordering.q.high + 1, next_site, self.group, view_id,
                 tuple((m, m not in change.unicast_only) for m in members),

@@ -65,7 +65,7 @@ class KeyTables:
         the joiners it owes it to."""
         table = self.table
         if type(packet.payload) is Keyed:
-            self.carried()
+            table.carry()
         elif packet.handler == KEYS_HANDLER and not table.ready:
             messages = packet.payload if type(packet.payload) is tuple else (packet.payload,)
             if all(type(message) is bytes for message in messages) and table.take_pieces(packet.src, messages):

@@ -122,7 +122,9 @@ class ViewChanges:
                     return False
                 view_id = fresh
             members = change.members
-            admits = request.op == Op.JOIN and change.changed
+            # Removing an old incarnation admits nobody: the token stays within the view this New List makes (the
+            # new incarnation, not yet a member, would never confirm a pass to its process ID).
+            admits = request.op == Op.JOIN and change.changed and not replaces
             if admits:
                 next_site = request.src
             elif self.pid in members:

@@ -353,11 +353,6 @@ def leaves(group: BaseExceptionGroup) -> list[BaseException]:
             for leaf in (leaves(exc) if isinstance(exc, BaseExceptionGroup) else [exc])]
 
 
-@pytest.mark.xfail(strict=False, reason=(
-    "known defect, about 1 run in 8 with both cores busy: the restarted daemon hears no answer to its rejoin in "
-    "time, founds the group alone, delivers the resent keys in that one-member view (a majority of itself) and "
-    "then merges; the program saw its own deliveries and stops resending, so the other members never deliver "
-    "those keys"))
 async def test_a_program_resends_across_its_daemon_killed_and_restarted_and_each_key_is_delivered_once(
         daemons, tmp_path) -> None:
     group = unique("killed")

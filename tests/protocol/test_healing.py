@@ -113,6 +113,36 @@ def test_a_restarted_process_is_admitted_again_without_waiting_for_failure_detec
     assert net.delivered(0)[-1] == b"from the new incarnation"
 
 
+def test_the_new_list_removing_an_old_incarnation_passes_the_token_to_a_member_of_its_view() -> None:
+    """A restarted process's join reaches the token site while the old incarnation is still in the view and the
+    token was last passed elsewhere (no ``suspected_restarted``): the New List that removes the old incarnation
+    must pass the token within the view it makes.  Passed to the removed process ID, nobody took it: the new
+    incarnation, not yet admitted, ignores it, so the view waited for a token loss to be detected while the joiner
+    founded a view of its own."""
+    daemon_like = EngineConfig(request_interval=0.1, join_retries=3, fail_after=1.5)
+    net = formed(3, daemon_like)
+    pid = net.pids[2]
+    net.send(1, b"ordered where the token rests, at the last joiner")
+    net.advance(0.001)
+    net.send(0, b"ordered at the next site, where the token comes to rest")
+    net.advance(1.0)
+    net.down.add(pid)  # killed and restarted at once: nothing was passed to it meanwhile
+    wall_ms = 1_700_000_000_000 + int(net.now * 1000) + 3
+    restart = RmpProcess(pid=pid, config=daemon_like, rng=random.Random(5), now=net.now, wall_ms=wall_ms,
+                         seq_base=wall_ms * 1000)
+    net.nodes[pid] = restart
+    net.procs[pid] = restart
+    net.down.discard(pid)
+    started = net.now
+    net.do(2, lambda p, now: p.join("g", now, existing_only=True))
+    lone = []
+    back = net.advance_until(lambda: lone.append(net[2].view("g")) or one_view(net, [0, 1, 2]), 20.0, step=0.01)
+    assert back is not None
+    assert sum(net[i].counters()["incarnations_replaced"] for i in (0, 1)) >= 1, "the case this test is about"
+    assert all(view is None or view.size > 1 for view in lone), "the restarted process founded a view of its own"
+    assert back - started < daemon_like.fail_after, "the old incarnation's removal waited for a lost token"
+
+
 def test_a_process_restarted_while_its_group_reforms_joins_it_instead_of_founding_a_view_alone() -> None:
     """A daemon killed and restarted on its port joins as its group reforms without the old incarnation; the
     reformation sends no Alives, so the join once found no answer for ``join_retries`` and founded a view of one

@@ -22,21 +22,19 @@ from rmpd.protocol.qos import QoS
 
 from .harness import RMP, unique, wait_for
 
-GROUP = "rpc"
 
-
-def start_server(daemon, runs: Path) -> subprocess.Popen[bytes]:
+def start_server(daemon, runs: Path, group: str) -> subprocess.Popen[bytes]:
     """`rmp serve` with a command that counts its runs in ``runs`` and upper-cases the request."""
     err = runs.with_suffix(f".{daemon.name}.err")
     script = f"echo ran >> {runs}; tr a-z A-Z"
-    proc = subprocess.Popen([RMP, "--socket", str(daemon.socket), "serve", GROUP, "--handler", "0", "--",
+    proc = subprocess.Popen([RMP, "--socket", str(daemon.socket), "serve", group, "--handler", "0", "--",
                              "sh", "-c", script], stderr=err.open("wb"))
     wait_for(lambda: "serving" in err.read_text() or proc.poll() is not None, 30, "rmp serve to take the lock")
     assert proc.poll() is None, err.read_text()
     return proc
 
 
-def ready_for_calls(members, group: str = GROUP) -> bool:
+def ready_for_calls(members, group: str) -> bool:
     """Every member's filter floor (calls stamped before it started are refused) is in the past."""
     now_ms = time.time() * 1000
     groups = [g for d in members for g in d.status()["groups"] if g["group"] == group]
@@ -51,23 +49,25 @@ class RawCaller:
     """A non-member speaking the wire protocol from a plain UDP socket: it can send one CALL datagram as many
     times as it likes, keep it, and replay it later."""
 
-    def __init__(self) -> None:
+    def __init__(self, group: str) -> None:
+        self.group = group
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         self.sock.bind(("127.0.0.1", 0))
         self.sock.setsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_IF, socket.inet_aton("127.0.0.1"))
         self.pid = f"127.0.0.1:{self.sock.getsockname()[1]}"
 
     def datagram(self, payload: bytes) -> bytes:
-        return encode(NonMemberData(GROUP, None, self.pid, 0, int(time.time() * 1000), QoS.TOTAL,
+        return encode(NonMemberData(self.group, None, self.pid, 0, int(time.time() * 1000), QoS.TOTAL,
                                     NonMemberData.FLAG_ACK, 0, payload))
 
     def join_datagram(self) -> bytes:
         """A List Change Request asking to join, stamped now (request ID = clock in ms times 1000)."""
-        return encode(ListChangeRequest(GROUP, None, self.pid, int(time.time() * 1000) * 1000, "join", 0, True, 1, 1))
+        request_id = int(time.time() * 1000) * 1000
+        return encode(ListChangeRequest(self.group, None, self.pid, request_id, "join", 0, True, 1, 1))
 
     def send(self, data: bytes, copies: int) -> None:
         for _ in range(copies):
-            self.sock.sendto(data, group_address(GROUP))
+            self.sock.sendto(data, group_address(self.group))
 
     def answers(self, seconds: float) -> list[NonMemberAck]:
         """Every Non Member ACK that arrives within ``seconds`` (the group answers each copy it orders)."""
@@ -86,30 +86,31 @@ class RawCaller:
 
 
 def test_call_runs_once_with_duplicates_on_the_wire_and_after_kill_9_of_every_member(daemons, tmp_path) -> None:
+    group = unique("rpc")
     runs = tmp_path / "runs"
     members = [daemons(f"m{i}") for i in range(3)]
     for d in members[1:]:
-        d.rmp("join", GROUP)
-    server = start_server(members[0], runs)
-    wait_for(lambda: all(len(d.members(GROUP)) == 3 for d in members), 30, "a three-member group")
-    wait_for(lambda: ready_for_calls(members), 10, "the members' SCMP floors to pass")
+        d.rmp("join", group)
+    server = start_server(members[0], runs, group)
+    wait_for(lambda: all(len(d.members(group)) == 3 for d in members), 30, "a three-member group")
+    wait_for(lambda: ready_for_calls(members, group), 10, "the members' SCMP floors to pass")
     outsider = daemons("outsider")
 
     # A non-member's `rmp call` gets one reply; the command ran once.
-    result = outsider.rmp("call", GROUP, "hello")
+    result = outsider.rmp("call", group, "hello")
     assert result.stdout == "HELLO"
     assert runs_of(runs) == 1
 
     # The same CALL datagram five times on the wire: one run; copies ordered while it runs get an ACK, later
     # ones the stored reply.
-    caller = RawCaller()
+    caller = RawCaller(group)
     call = caller.datagram(b"dup")
     caller.send(call, 5)
     answers = caller.answers(2.0)
     replies = {a.reply for a in answers if a.status is CallStatus.REPLY}
     assert replies == {b"DUP"} and {a.status for a in answers} <= {CallStatus.ACK, CallStatus.REPLY}
     assert runs_of(runs) == 2
-    scmp = next(g["scmp"] for g in members[0].status()["groups"] if g["group"] == GROUP)
+    scmp = next(g["scmp"] for g in members[0].status()["groups"] if g["group"] == group)
     assert scmp["new"] == 2 and scmp["duplicate"] >= 1, scmp
 
     # A join request from before the crash, kept to be replayed after it.
@@ -128,9 +129,9 @@ def test_call_runs_once_with_duplicates_on_the_wire_and_after_kill_9_of_every_me
     server.wait(30)
     members = [daemons(f"m{i}", port=port) for i, port in enumerate(ports)]
     for d in members[1:]:
-        d.rmp("join", GROUP)
-    server = start_server(members[0], runs)
-    wait_for(lambda: all(len(d.members(GROUP)) == 3 for d in members), 30, "the group formed again")
+        d.rmp("join", group)
+    server = start_server(members[0], runs, group)
+    wait_for(lambda: all(len(d.members(group)) == 3 for d in members), 30, "the group formed again")
 
     # The CALL captured before the crash, replayed: refused as a possible duplicate, not run.
     caller.send(call, 5)
@@ -144,29 +145,30 @@ def test_call_runs_once_with_duplicates_on_the_wire_and_after_kill_9_of_every_me
     answers = caller.answers(2.0)
     refusal = (CallStatus.JOIN_REFUSED, decode(old_join).request_id)
     assert answers and {(a.status, a.stamp) for a in answers} == {refusal}
-    assert all(caller.pid not in d.members(GROUP) for d in members)
-    groups = [g for d in members for g in d.status()["groups"] if g["group"] == GROUP]
+    assert all(caller.pid not in d.members(group) for d in members)
+    groups = [g for d in members for g in d.status()["groups"] if g["group"] == group]
     assert sum(g["scmp"]["joins_refused"] for g in groups) >= 1
 
     # A fresh call is accepted once the restarted members' floors have passed.
-    wait_for(lambda: ready_for_calls(members), 10, "the restarted members' SCMP floors to pass")
-    assert outsider.rmp("call", GROUP, "again").stdout == "AGAIN"
+    wait_for(lambda: ready_for_calls(members, group), 10, "the restarted members' SCMP floors to pass")
+    assert outsider.rmp("call", group, "again").stdout == "AGAIN"
     assert runs_of(runs) == 3
     server.terminate()
 
 
 def test_call_errors_are_clear(daemons) -> None:
+    group = unique("rpc")
     member = daemons("m")
-    member.rmp("join", GROUP)
-    wait_for(lambda: ready_for_calls([member]), 10, "the member's SCMP floor to pass")
+    member.rmp("join", group)
+    wait_for(lambda: ready_for_calls([member], group), 10, "the member's SCMP floor to pass")
     outsider = daemons("outsider")
-    no_handler = outsider.rmp("call", GROUP, "x", "--handler", "2", check=False)
+    no_handler = outsider.rmp("call", group, "x", "--handler", "2", check=False)
     assert no_handler.returncode == 1 and "call-no-handler" in no_handler.stderr
     nobody = outsider.rmp("call", "no-such-group", "x", "--timeout", "0.5", check=False)
     assert nobody.returncode == 1 and "call-timeout" in nobody.stderr
-    delivered = outsider.rmp("call", GROUP, "note", "--no-handler")
+    delivered = outsider.rmp("call", group, "note", "--no-handler")
     assert "delivered" in delivered.stderr
-    scmp = next(g["scmp"] for g in member.status()["groups"] if g["group"] == GROUP)
+    scmp = next(g["scmp"] for g in member.status()["groups"] if g["group"] == group)
     assert scmp["new"] == 1 and scmp["estimator"] == "limited-horizon", scmp
     assert "lifetime" in member.rmp("status").stdout
 
@@ -174,14 +176,15 @@ def test_call_errors_are_clear(daemons) -> None:
 def test_a_member_calls_its_own_group_through_its_own_daemon(daemons, tmp_path) -> None:
     """The README's `rmp serve calc --handler 0 -- bc &` then `rmp call calc` on the same daemon: the daemon's
     own call reaches its own group engine (a host does not hear its own multicast), runs once, and is answered."""
+    group = unique("rpc")
     member = daemons("m")
     runs = tmp_path / "runs"
-    server = start_server(member, runs)
+    server = start_server(member, runs, group)
     try:
-        wait_for(lambda: ready_for_calls([member]), 10, "the member's SCMP floor to pass")
-        first = member.rmp("call", GROUP, "hello", "--timeout", "10")
+        wait_for(lambda: ready_for_calls([member], group), 10, "the member's SCMP floor to pass")
+        first = member.rmp("call", group, "hello", "--timeout", "10")
         assert first.stdout.strip() == "HELLO" and runs_of(runs) == 1, first.stderr
-        second = member.rmp("call", GROUP, "again", "--timeout", "10")
+        second = member.rmp("call", group, "again", "--timeout", "10")
         assert second.stdout.strip() == "AGAIN" and runs_of(runs) == 2, second.stderr
         assert member.counters().get("calls_looped_back", 0) >= 4  # each call, and its answer, stayed inside
     finally:
@@ -193,11 +196,12 @@ def test_a_call_answered_at_once_by_its_own_daemons_group_is_not_lost(daemons) -
     """A one-member group on the caller's own daemon decides the call inside the request that makes it (from the
     second call on: the first one's probe told the daemon the group is there): the answer must still reach the
     caller (it used to be dropped, and the call then waited forever, ignoring --timeout)."""
+    group = unique("rpc")
     member = daemons("m")
-    member.rmp("join", GROUP)
+    member.rmp("join", group)
     for _ in range(3):
         started = time.monotonic()
-        result = member.rmp("call", GROUP, "x", "--handler", "3", "--timeout", "2", check=False, timeout=20)
+        result = member.rmp("call", group, "x", "--handler", "3", "--timeout", "2", check=False, timeout=20)
         assert result.returncode == 1 and "call-no-handler" in result.stderr, result.stderr
         assert time.monotonic() - started < 10
 

@@ -231,6 +231,69 @@ class SiteDelay:
         return min(delay for _, delay in self.recent)
 
 
+class UnansweredDelay:
+    """Delay that does not answer to the window: waits for a busy CPU (or a stalled ring), not a queue the window
+    made, which a smaller window would not shorten.  Read as a queue, it shrinks the window to its floor, packets
+    to one message each, and the CPU each message costs keeps it there (a slow machine, many members, or random
+    loss).
+
+    It is judged whenever the window has fallen to half of its last high.  A queue the window made keeps the
+    bottleneck busy while it drains, so the delivery rate holds, and the delay falls after; a wait for the CPU
+    does neither: the rate falls with the window and the delay stays.  A delay that held (``HELD`` of the high's
+    or more) while the rate fell (``FELL`` of the high's or less) is taken as part of the base, and forgotten by
+    halves, one every ``HALF_LIFE`` seconds, so a queue that grows later is read again."""
+
+    __slots__ = ("halved_at", "halved_bytes", "high_delay", "high_rate", "high_window", "last_at", "last_bytes",
+                 "seconds", "set_at")
+
+    HELD = 0.8
+    FELL = 0.7
+    HALF_LIFE = 1.0
+    NEGLIGIBLE = 0.0005
+    """Seconds below which what is left of it counts as nothing."""
+    MIN_SPAN = 0.01
+    """The rate since the window halved is judged over this many seconds at least."""
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+        """Delay above the base taken as not the window's own."""
+        self.set_at = 0.0
+        self.high_window = 0
+        self.high_delay = 0.0
+        self.high_rate = 0.0
+        self.halved_at: float | None = None
+        """When the window fell to half of ``high_window`` (None: it has not since the high)."""
+        self.halved_bytes = 0
+        self.last_at = 0.0
+        self.last_bytes = 0
+
+    def observe(self, now: float, window: int, delay: float, base: float, ordered_bytes: int) -> None:
+        """Once a round: the window, the delay of the site that queues most and its base, and every byte of
+        ours ordered so far."""
+        span = now - self.last_at
+        rate = (ordered_bytes - self.last_bytes) / span if span > 0 else 0.0
+        self.last_at, self.last_bytes = now, ordered_bytes
+        if self.seconds and now - self.set_at > self.HALF_LIFE:
+            self.seconds = 0.0 if self.seconds < 2 * self.NEGLIGIBLE else self.seconds / 2
+            self.set_at = now
+        if window >= self.high_window:
+            self.high_window, self.high_delay, self.high_rate, self.halved_at = window, delay, rate, None
+            return
+        if window > self.high_window // 2:
+            return
+        if self.halved_at is None:
+            self.halved_at, self.halved_bytes = now, ordered_bytes
+            return
+        since = now - self.halved_at
+        if since < self.MIN_SPAN:
+            return
+        rate_since = (ordered_bytes - self.halved_bytes) / since
+        if delay >= self.HELD * self.high_delay and rate_since <= self.FELL * self.high_rate \
+                and delay - base > self.seconds:
+            self.seconds, self.set_at = delay - base, now
+        self.high_window, self.high_delay, self.high_rate, self.halved_at = window, delay, rate_since, None
+
+
 class DelayWindow(SendWindow):
     """A window that finds the path's rate from queueing delay and keeps the queues it fills short.
 
@@ -249,12 +312,16 @@ class DelayWindow(SendWindow):
     bounds that queue too and reads its delay, where freeing them at once let the queue hold twice the window and
     timed the data timer on other sites' packets only.
 
+    Delay that does not fall when the window does, while the delivery rate falls with it, is no queue of ours
+    (``UnansweredDelay``): waits for a busy CPU, or a ring stalled for repairs, which a smaller window would not
+    shorten.  It counts as part of the base until it is forgotten.
+
     Loss is read with the queue (as TCP Veno does): a NACK for our packet while TARGET / 2 or more queues is
     congestion and halves the window; a NACK with less is random loss, which the repair answers, and takes an
     eighth, never below two of the largest packets.  A retransmission timeout halves it either way.  Packets
     shrink with the window (figure 4.2), down to ``min_packet``, the path's MTU where the runtime knows it."""
 
-    __slots__ = ("round_end", "sites", "starting")
+    __slots__ = ("ordered_bytes", "round_end", "sites", "starting", "unanswered")
 
     counts_until_passed = True
 
@@ -283,6 +350,8 @@ class DelayWindow(SendWindow):
         super().__init__(min_packet=min_packet, max_packet=max_packet, initial=initial, max_window=max_window,
                          min_window=min_window)
         self.window = self.min_window
+        self.ordered_bytes = 0
+        self.unanswered = UnansweredDelay()
         self.sites: dict[str, SiteDelay] = {}
         self.round_end = -math.inf
         self.starting = True
@@ -291,6 +360,7 @@ class DelayWindow(SendWindow):
 
     def ordered(self, size: int, now: float, sample: DelaySample | None) -> None:
         self.in_flight = max(0, self.in_flight - size)
+        self.ordered_bytes += size
         if sample is None:
             return
         site, delay = sample
@@ -318,6 +388,9 @@ class DelayWindow(SendWindow):
         queued, base = self.queueing(now)
         # A path with no delay at all (a simulated one; never a real one) reads as no queue: the window grows.
         delay = max(base + queued, 1e-9)
+        self.unanswered.observe(now, self.window, delay, base, self.ordered_bytes)
+        base += self.unanswered.seconds
+        queued = max(0.0, delay - base)
         if self.starting and queued < self.TARGET / 2:
             window = 2 * self.window
         else:
@@ -333,7 +406,7 @@ class DelayWindow(SendWindow):
 
     def nack_loss(self, now: float, round_trip: float) -> bool:
         self.starting = False
-        if self.queueing(now)[0] >= self.TARGET / 2:
+        if self.queueing(now)[0] - self.unanswered.seconds >= self.TARGET / 2:
             return self.congested(now, round_trip)
         if not self.cut_due(now, round_trip):
             return False

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from rmpd.protocol.config import EngineConfig
 from rmpd.protocol.events import Delivered, messages_of
-from rmpd.protocol.flow import DelayWindow, RttEstimator, SendWindow, make_congestion_control
+from rmpd.protocol.flow import DelayWindow, RttEstimator, SendWindow, UnansweredDelay, make_congestion_control
 from rmpd.protocol.limits import MessageTooLarge
 from rmpd.protocol.packets import Data, Fragment, Nack
 from rmpd.protocol.qos import QoS
@@ -336,6 +336,49 @@ def test_delay_window_follows_the_slowest_site() -> None:
     assert fast.window > 12_500_000.0 * 0.002
     assert slow.window < 1_250_000.0 * (0.002 + 2 * DelayWindow.TARGET) < fast.window / 2
     assert max(queueing[-50:]) < 0.02
+
+
+def run_waits(w: DelayWindow, *, base: float, wait: float, rounds: int, quiet: int = 5) -> list[int]:
+    """A path whose delay does not answer to the window (a busy CPU): after ``quiet`` rounds at ``base``, every
+    packet waits ``wait`` more however many are in flight, and a round orders the whole window.  Returns the
+    window after each round."""
+    now, windows = 0.0, []
+    for r in range(rounds):
+        delay = base + (0.0 if r < quiet else wait)
+        for _ in range(max(1, w.window // 1400)):
+            w.sent(1400)
+            w.ordered(1400, now, ("b", delay))
+        now += delay
+        windows.append(w.window)
+    return windows
+
+
+def test_delay_window_takes_waits_that_do_not_answer_to_it_for_no_queue() -> None:
+    """Read as a queue, 20 ms of waiting for the CPU would take the window to its floor for good (and packets to
+    one message each); it is not a queue the window made, since it stays when the window halves."""
+    w = delay_window(initial=64000)
+    windows = run_waits(w, base=0.001, wait=0.020, rounds=300)
+    assert min(windows[30:]) > 10 * w.min_window
+    assert w.unanswered.seconds > 0
+
+
+def test_a_queue_that_drains_at_the_links_rate_is_no_wait() -> None:
+    """The window halves: a queue it made keeps the link busy (the rate holds) while the delay is still high, so
+    it stays a queue; a wait for the CPU lets the rate fall with the window and is taken as part of the base."""
+    for rate_after, taken in ((1_250_000.0, False), (600_000.0, True)):
+        unanswered = UnansweredDelay()
+        now, ordered = 0.0, 0
+        for _ in range(5):  # a high window, 20 ms of delay over a 1 ms base, at the link's rate
+            now += 0.02
+            ordered += 25_000
+            unanswered.observe(now, 50_000, 0.021, 0.001, ordered)
+        for _ in range(3):  # the window halved; the delay has not fallen yet
+            now += 0.02
+            ordered += int(rate_after * 0.02)
+            unanswered.observe(now, 24_000, 0.021, 0.001, ordered)
+        assert (unanswered.seconds > 0) is taken
+        if taken:
+            assert unanswered.seconds == pytest.approx(0.020)
 
 
 def test_delay_window_reads_loss_with_the_queue() -> None:

@@ -35,6 +35,18 @@ def formed(n: int, config: EngineConfig | None = None, **join: int) -> Net:
     return net
 
 
+def restart_in_place(net: Net, index: int, config: EngineConfig, seed: int) -> None:
+    """Process ``index`` starts again under its process ID, as a daemon restarted on its port: a new incarnation
+    with a clock and sequence numbers past the old one's (the harness's clocks: 1_700_000_000_000 + i at 0)."""
+    pid = net.pids[index]
+    wall_ms = 1_700_000_000_000 + int(net.now * 1000) + index
+    restart = RmpProcess(pid=pid, config=config, rng=random.Random(seed), now=net.now, wall_ms=wall_ms,
+                         seq_base=wall_ms * 1000)
+    net.nodes[pid] = restart
+    net.procs[pid] = restart
+    net.down.discard(pid)
+
+
 def test_a_quiet_ring_drops_a_dead_member_within_fail_after_and_a_second() -> None:
     net = formed(3)
     net.advance(3.0)  # nothing sent: the ring is idle
@@ -95,12 +107,7 @@ def test_a_restarted_process_is_admitted_again_without_waiting_for_failure_detec
     pid = net.pids[2]
     net.down.add(pid)
     net.advance(0.5)
-    wall_ms = 1_700_000_000_000 + int(net.now * 1000) + 2  # the harness's clocks: 1_700_000_000_000 + i at 0
-    restart = RmpProcess(pid=pid, config=net[2].config, rng=random.Random(9), now=net.now, wall_ms=wall_ms,
-                         seq_base=wall_ms * 1000)
-    net.nodes[pid] = restart
-    net.procs[pid] = restart
-    net.down.discard(pid)
+    restart_in_place(net, 2, net[2].config, 9)
     started = net.now
     net.do(2, lambda p, now: p.join("g", now, existing_only=True))
     back = net.advance_until(lambda: one_view(net, [0, 1, 2]), 10.0, step=0.01)
@@ -127,12 +134,7 @@ def test_the_new_list_removing_an_old_incarnation_passes_the_token_to_a_member_o
     net.send(0, b"ordered at the next site, where the token comes to rest")
     net.advance(1.0)
     net.down.add(pid)  # killed and restarted at once: nothing was passed to it meanwhile
-    wall_ms = 1_700_000_000_000 + int(net.now * 1000) + 3
-    restart = RmpProcess(pid=pid, config=daemon_like, rng=random.Random(5), now=net.now, wall_ms=wall_ms,
-                         seq_base=wall_ms * 1000)
-    net.nodes[pid] = restart
-    net.procs[pid] = restart
-    net.down.discard(pid)
+    restart_in_place(net, 2, daemon_like, 5)
     started = net.now
     net.do(2, lambda p, now: p.join("g", now, existing_only=True))
     lone = []
@@ -158,12 +160,7 @@ def test_a_process_restarted_while_its_group_reforms_joins_it_instead_of_foundin
     slow_until = net.now + 5.0
     net.drop = lambda src, dst, packet: (pid not in (src, dst) and type(packet) is NewList
                                          and net.now < slow_until)
-    wall_ms = 1_700_000_000_000 + int(net.now * 1000) + 3
-    restart = RmpProcess(pid=pid, config=daemon_like, rng=random.Random(7), now=net.now, wall_ms=wall_ms,
-                         seq_base=wall_ms * 1000)
-    net.nodes[pid] = restart
-    net.procs[pid] = restart
-    net.down.discard(pid)
+    restart_in_place(net, 3, daemon_like, 7)
     net.do(3, lambda p, now: p.join("g", now))
     lone = []
     back = net.advance_until(lambda: lone.append(net[3].view("g")) or one_view(net, [0, 1, 2, 3]), 30.0, step=0.01)

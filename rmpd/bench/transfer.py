@@ -43,7 +43,8 @@ SIZE_UNITS = {"": 1, "b": 1, "kb": 1000, "mb": 1000**2, "gb": 1000**3, "kib": 1 
               "gib": 1 << 30}
 COUNTERS = ("send_dropped", "send_errors", "reformations_started", "reformations_aborted", "data_retransmits",
             "nacks_answered", "nack_resends_suppressed", "nacks_sent", "tail_nacks_sent", "gap_nacks_sent",
-            "window_halved_nack", "window_halved_timeout", "delivered", "datagrams_sent")
+            "window_halved_nack", "window_halved_timeout", "ack_retransmits", "ack_copies", "delivered",
+            "datagrams_sent")
 """The daemons' counters a transfer reports (their growth during it)."""
 PROBE_SIZE = 100
 """Bytes of a probe's message: small, as a control or chat message beside a bulk transfer."""

@@ -141,7 +141,8 @@ class GroupEngine(PacketIntake, MembershipEnding, ReformationSide):
         self.keys = keys = KeyTables(ctx, self.sender, joined_by=joined_by, kept=kept_keys)
         self.changes = ViewChanges(ctx, ordering, relay, keys.table, view_counter=view_counter,
                                    request_ids=request_ids, join_floor=join_floor, joined_by=joined_by)
-        self.repair = repair = Repair(ctx, ordering, token, start_ts=start_ts, suspect=self.suspect_failure)
+        self.repair = repair = Repair(ctx, ordering, token, start_ts=start_ts, suspect=self.suspect_failure,
+                                      own_path=self.sender.data_rtt)
         self.deliverer = Deliverer(ctx, ordering, holdings, relay, keys.table, send_keys=keys.send,
                                    commit_view=lambda nl, now: self.rotation.commit_view(nl, now))
         self.receipt = Receipt(ctx, ordering, keys, self.deliverer, repair, token, frozen=lambda: self.frozen,

@@ -35,12 +35,15 @@ class Repair:
     """Everything one member asks others for, and answers them."""
 
     def __init__(self, ctx: GroupContext, ordering: Ordering, token: Token, *, start_ts: int,
-                 suspect: Callable[[float, str], None]) -> None:
-        """``suspect``: what to do when repair gives up on a member (the engine starts a reformation)."""
+                 suspect: Callable[[float, str], None], own_path: RttEstimator) -> None:
+        """``suspect``: what to do when repair gives up on a member (the engine starts a reformation);
+        ``own_path``: the send -> ordering time of our own packets (``Sender.data_rtt``), how long what we send
+        takes to get through our link's queue and across."""
         config = ctx.config
         self.pid, self.config, self.views, self.outbox, self.stats = ctx.pid, config, ctx.views, ctx.outbox, ctx.stats
         self.ordering, self.token = ordering, token
         self.suspect = suspect
+        self.own_path = own_path
         self.nack = Deadline()
         self.nack_tries = 0
         self.nack_rtt = RttEstimator(config.nack_timeout, config.rto_min, config.nack_timeout)
@@ -341,9 +344,11 @@ class Repair:
             return
         # Several members often NACK one hole within a few ms, before the first answer reached them; one multicast
         # answers them all.  A requester whose copy was lost asks again after its NACK timeout, past this window
-        # (half of ours: NACKs here and there are timed from round trips on the same network).
+        # (half of ours: NACKs here and there are timed from round trips on the same network), and not before our
+        # last copy could have got through our link's queue: a NACK resent while it still waits there would add
+        # another copy behind it, and the queue would grow with every repair.
         recent = self.multicast_resends
-        window = self.nack_rtt.rto / 2
+        window = max(self.nack_rtt.rto / 2, self.own_path.srtt or 0.0)
         if len(recent) > 4 * limit:
             self.multicast_resends = recent = {k: t for k, t in recent.items() if now - t < window}
         for key, packet in found:

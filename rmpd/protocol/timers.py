@@ -37,14 +37,17 @@ class Backoff:
     """A retransmission timer: doubles on each expiry, clamped, reset on progress.
 
     ``patience``: how long after the first transmission a failure may be declared at the earliest; an expiry is
-    placed at that moment so that declaring one does not wait for the next doubling."""
+    placed at that moment so that declaring one does not wait for the next doubling.  ``steady``: how many expiries
+    in a row keep the first interval before doubling starts (under random loss a missing answer is most often a
+    lost datagram, and doubling at once would make two losses in a row cost three intervals)."""
 
-    __slots__ = ("deadline", "initial", "interval", "maximum", "patience", "retries", "started")
+    __slots__ = ("deadline", "initial", "interval", "maximum", "patience", "retries", "started", "steady")
 
-    def __init__(self, initial: float, maximum: float, patience: float = 0.0) -> None:
+    def __init__(self, initial: float, maximum: float, patience: float = 0.0, steady: int = 0) -> None:
         self.initial = initial
         self.maximum = maximum
         self.patience = patience
+        self.steady = steady
         self.interval = initial
         self.deadline: float | None = None
         self.retries = 0
@@ -73,7 +76,8 @@ class Backoff:
 
     def back_off(self, now: float) -> None:
         self.retries += 1
-        self.interval = min(self.interval * 2, self.maximum)
+        if self.retries > self.steady:
+            self.interval = min(self.interval * 2, self.maximum)
         self.deadline = now + self.interval
         if now < self.started + self.patience < self.deadline:
             self.deadline = self.started + self.patience

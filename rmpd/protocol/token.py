@@ -21,6 +21,17 @@ from .ids import ProcessId
 from .packets import Ack, Nack, NewList
 from .timers import Backoff, Deadline
 
+STEADY_PASS_RESENDS = 2
+"""Resends of a pass at the pass timer's first interval before it doubles: under random loss an unconfirmed pass
+is most often a lost pass or a lost confirmation, and the whole ring waits on it (as ``Repair.nack_retry_after``
+keeps a NACK's timeout)."""
+
+LOST_PASS_GAIN = 1 / 16
+"""Weight of each pass in ``Token.lost_passes``, the moving share of our passes that needed a resend."""
+
+PASS_COPY_ABOVE = 0.1
+"""A pass goes out twice while more than this share of our passes needed a resend (``Token.pass_on``)."""
+
 ROTATION_BOUNDS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
 """Upper bounds (seconds) of the token rotation time buckets: a loopback ring turns in well under a millisecond,
 one under load or loss in tens to hundreds."""
@@ -79,10 +90,14 @@ class Token:
         self.pass_pending: Ack | None = None
         """Our pass not yet confirmed by the site it names (an Ack or a New List)."""
         self.pass_bytes = b""
-        self.pass_timer = Backoff(config.rto_initial, config.rto_max, config.fail_after)
+        self.pass_timer = Backoff(config.rto_initial, config.rto_max, config.fail_after, STEADY_PASS_RESENDS)
         self.pass_rtt = RttEstimator(config.rto_initial, config.rto_min, config.rto_max)
         """Token pass -> confirmation time: the ACK retransmission timer."""
         self.pass_sent_at: float | None = None
+        self.lost_passes = 0.0
+        """Moving share of our passes that were resent before the next site confirmed or was heard from."""
+        self.pass_resent: bool | None = None
+        """Whether the pending pass was resent (None: counted in ``lost_passes`` already)."""
         self.null = Deadline()
         """When an idle token site passes the token on with a NULL ACK."""
         self.overrun = False
@@ -181,12 +196,26 @@ class Token:
             self._passed_at = now
             self.pass_pending = passing  # type: ignore[assignment]
             self.pass_sent_at = now
+            self.pass_resent = False
             self.pass_timer.initial = self.pass_rtt.rto
             self.pass_timer.start(now)
+            if self.lost_passes > PASS_COPY_ABOVE:
+                # Where passes are often lost, a second copy at once makes a lost pass (a resend timeout with the
+                # whole ring waiting) as rare as two losses; it costs one small datagram per pass.
+                self.stats["ack_copies"] += 1
+                self.outbox.resend(data)
+                self.outbox.record_packet("send", passing, now)
+
+    def _count_pass(self) -> None:
+        """The pending pass arrived (confirmed, or its site heard from): count whether it needed a resend."""
+        if self.pass_resent is not None:
+            self.lost_passes += (float(self.pass_resent) - self.lost_passes) * LOST_PASS_GAIN
+            self.pass_resent = None
 
     def confirmed(self, now: float | None = None) -> None:
         if now is not None and self.pass_sent_at is not None and self.pass_timer.retries == 0:
             self.pass_rtt.sample(now - self.pass_sent_at)
+        self._count_pass()
         self.pass_sent_at = None
         self.pass_pending = None
         self.pass_timer.stop()
@@ -200,6 +229,7 @@ class Token:
         if pending is None or nack.src != pending.next_site or nack.known < pending.ts:
             return
         self.pass_sent_at = None
+        self._count_pass()
         self.pass_timer.heard(now)
 
     def resend_pass(self, now: float) -> bool:
@@ -208,6 +238,8 @@ class Token:
             self.pass_timer.stop()
             return False
         self.stats["ack_retransmits"] += 1
+        if self.pass_resent is False:
+            self.pass_resent = True
         self.outbox.resend(self.pass_bytes)
         self.outbox.record_packet("send", self.pass_pending, now)  # type: ignore[arg-type]
         self.pass_timer.back_off(now)

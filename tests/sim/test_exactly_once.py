@@ -53,8 +53,9 @@ def test_a_process_that_kept_a_table_brings_it_into_the_group_it_joins() -> None
     """Two views of the group lived at once and delivered keys of their own (a process founded alone while a
     partition hid the group); when one view's members join the other, or a process whose fellows left its view
     before delivering what it delivered joins again, the table it kept is merged into the group's before any
-    keyed delivery, so the keys only it had seen are not delivered again when resent."""
-    for seed in (90, 249):
+    keyed delivery, so the keys only it had seen are not delivered again when resent.  Seed 292 delivers a key
+    twice when the joiner does not bring its table."""
+    for seed in (292,):
         r = run_seed(FAULTS, seed)
         assert r.violations == [], (seed, r.violations)
         assert r.liveness and r.quiescent and r.one_view, seed
@@ -64,10 +65,10 @@ def test_a_process_that_kept_a_table_brings_it_into_the_group_it_joins() -> None
 
 def test_keys_an_application_gave_up_by_leaving_are_not_required_delivered() -> None:
     """An application that leaves the group stops resending what was not settled: those keys may be delivered
-    nowhere, and the run still holds exactly-once (this seed's leaver left with four keys unsettled)."""
+    nowhere, and the run still holds exactly-once (this seed's leaver left with three keys unsettled)."""
     config = SimConfig(members=7, senders=4, messages=200, loss=0.1, crash=2, partition=True, joins=2, leaves=1,
                        locks=True, calls=5, qos="mixed", keys=True, congestion="delay")
-    r = run_seed(config, 18)
+    r = run_seed(config, 38)
     assert r.keys_abandoned > 0 and r.keys_delivered == r.keys_sent - r.keys_abandoned
     assert r.violations == [] and r.liveness and r.quiescent
 

@@ -86,12 +86,12 @@ class ForgetsKeys(SendsKeyedAndResends):
         super().__init__(**kwargs)
 
 
-KEYED_RESTARTS = SimConfig(members=4, senders=3, messages=20, loss=0.1, restarts=1, qos="mixed", keys=True,
+KEYED_RESTARTS = SimConfig(members=4, senders=3, messages=40, loss=0.1, restarts=1, qos="mixed", keys=True,
                            congestion="rmp")
 """``rmp sim --keys`` with a restart: the applications resend what was in flight, as programs would (the paper's
 window, whose slower start leaves messages in flight at these seeds' restarts)."""
 KEYED: tuple[tuple[type[GroupEngine], SimConfig, range], ...] = (
-    (GroupEngine, KEYED_RESTARTS, range(1, 3)),
+    (GroupEngine, KEYED_RESTARTS, range(3, 5)),
     (SendsKeyedAndResends, replace(CLEAN, keys=True), range(1, 3)),
     (SendsKeyedAndResends, replace(MEMBERSHIP, keys=True), range(1, 2)),
     (ForgetsKeys, replace(CLEAN, keys=True), range(1, 2)),

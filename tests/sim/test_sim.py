@@ -132,9 +132,10 @@ def test_detection_counts_only_views_of_the_crashed_members_fellows() -> None:
 def test_loss_without_faults_never_makes_a_member_suspect_a_failure() -> None:
     """20% loss with duplication and reordering but no crash: every suspicion would be false.  Seeds 1, 37, 43
     and 89 once suspected a stall when unanswered tail NACKs kept naming a member that had missed the same last
-    ACK (they go round the ring)."""
+    ACK (they go round the ring).  Seeds 1 to 25 of this mix are run by tests/cli/test_sim_cli.py's acceptance
+    run, which asserts the same."""
     config = SimConfig(members=5, senders=3, messages=300, loss=0.2, dup=0.05, reorder=0.3, qos="mixed")
-    for seed in (*range(1, 21), 37, 43, 89):
+    for seed in (1, 37, 43, 89):
         r = run_seed(config, seed)
         assert r.violation_count == 0 and r.liveness, seed
         assert r.reformations == 0, (seed, r.reformations)

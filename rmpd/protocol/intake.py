@@ -228,5 +228,7 @@ class PacketIntake:
 
     def _on_nack(self, nack: Nack, now: float) -> None:
         self.sender.nacked(self.repair.own_named(nack), now)
-        self.token.heard_of(nack, now)
+        pass_arrived = self.token.heard_of(nack, now)
         self.repair.answer(nack, now)
+        if pass_arrived:  # after the answer, so a repair the ring waits for is not queued behind new data
+            self.sender.pass_arrived(now)

@@ -211,6 +211,14 @@ class Sender:
             else:
                 self.passing_acked = True
 
+    def pass_arrived(self, now: float) -> None:
+        """The next site has our pass (its NACK sent knowing of it, or its confirmation), so every packet our ACK
+        ordered has left our link's queue, which sends in order: they leave the window now, not when that site's
+        own ACK comes.  Under loss that site must first fetch what it lacks (the acceptance rule), and a window
+        that counted our packets through those repairs kept the link idle while the ring waited."""
+        if self.passing and self.passing_acked:
+            self._passed(now)
+
     def _passed(self, now: float) -> None:
         """An ACK after ours: the next site accepted our pass, so it holds every packet our ACK ordered, and they
         have left our link's queue.  Their bytes leave the window now, and send-to-now is what they waited there

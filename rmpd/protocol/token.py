@@ -220,17 +220,18 @@ class Token:
         self.pass_pending = None
         self.pass_timer.stop()
 
-    def heard_of(self, nack: Nack, now: float) -> None:
+    def heard_of(self, nack: Nack, now: float) -> bool:
         """A NACK from the member our pending pass names, sent knowing of the pass: the pass arrived, and that member
         is fetching what it needs before it can accept.  Its confirmation will come after those repairs, so it is no
         sample of the round trip: one slow repair would otherwise make every lost pass wait that long to be resent.
-        The member is alive, so failure detection counts from here."""
+        The member is alive, so failure detection counts from here.  True when ``nack`` showed the pass arrived."""
         pending = self.pass_pending
         if pending is None or nack.src != pending.next_site or nack.known < pending.ts:
-            return
+            return False
         self.pass_sent_at = None
         self._count_pass()
         self.pass_timer.heard(now)
+        return True
 
     def resend_pass(self, now: float) -> bool:
         """The pass timer expired: resend the pass; False when it is exhausted (the next site is taken for failed)."""

@@ -5,6 +5,8 @@ from __future__ import annotations
 import collections
 import itertools
 
+import pytest
+
 from rmpd.protocol.config import EngineConfig
 from rmpd.protocol.events import messages_of
 from rmpd.protocol.ids import ViewId
@@ -476,14 +478,16 @@ def test_data_timer_resends_the_oldest_packet_first_then_twice_as_many_per_expir
     assert ring.delivered(0) == [f"m{i}".encode() for i in range(10)]
 
 
-def test_data_round_trips_are_sampled_only_from_other_sites_acks() -> None:
-    """A token site orders its own packets in its own ACK at once: no round trip of the ring, so no sample (they
-    held the data timer at its floor while the token took longer to come round)."""
+def test_data_round_trips_are_sampled_from_other_sites_acks_and_own_packets_at_the_pass_arrival() -> None:
+    """A token site orders its own packets in its own ACK at once: no round trip of the ring, so they are not
+    sampled then (they held the data timer at its floor while the token took longer to come round), but when the
+    next site shows it has the pass, which went out behind them."""
     ring = Ring(3)
     ring.send(0, b"a")  # A holds the token and orders its packet itself
+    ring.now += 0.02  # the packet and the pass take 20 ms to reach B, and B's confirmation none to come back
     ring.flush()
     assert ring.delivered(1) == [b"a"]
-    assert ring[0].stats["acks_sent"] == 1 and ring[0].sender.data_rtt.srtt is None
+    assert ring[0].stats["acks_sent"] == 1 and ring[0].sender.data_rtt.srtt == pytest.approx(0.02)
     other = next(i for i in (1, 2) if ring[i].token.token_site != ring.pids[i])
     ring.send(other, b"b")  # ordered by another site's ACK
     ring.flush()
@@ -508,3 +512,25 @@ def test_the_token_state_follows_a_pass_that_has_to_wait_for_a_repair() -> None:
     assert ring[1].token.state is not TokenState.NAMED, "B got the message by its NACK and accepted"
     assert ring.delivered(1) == [b"x"]
 
+
+
+
+def test_packets_our_pass_ordered_leave_the_window_once_the_next_site_shows_the_pass_arrived() -> None:
+    """The next site lacks a packet our pass ordered, so it cannot accept until the repair comes; its NACK, sent
+    knowing of the pass, shows that everything the pass ordered has left our link.  From then on the window
+    counts only our packets not yet ordered, not those waiting for that site's ACK."""
+    ring = Ring(2)
+    a, b = ring.pids
+    sender = ring[0].sender
+    ring.drop = lambda src, dst, packet: src == a and isinstance(packet, Data) and packet.seq == 1
+    for i in range(40):
+        ring.send(0, bytes([i]) * 1000)
+    ring.flush()
+    unordered = sum(p.size for p in sender.outstanding.values())
+    assert sender.window.in_flight > unordered > 0, "our pass ordered some of our packets, the rest are in flight"
+    ring.advance_until(lambda: any(s == b and isinstance(p, Nack) for s, _, p in ring.log), limit=1.0)
+    assert not any(s == b and isinstance(p, (Ack, Confirm)) for s, _, p in ring.log), "B accepted the token"
+    assert sender.window.in_flight == sum(p.size for p in sender.outstanding.values())
+    ring.drop = lambda src, dst, packet: False
+    ring.advance(2.0)
+    assert ring.delivered(1) == [bytes([i]) * 1000 for i in range(40)]

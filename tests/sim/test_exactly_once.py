@@ -24,7 +24,7 @@ FAULTS = SimConfig(members=5, senders=3, messages=60, loss=0.1, crash=1, partiti
 
 def test_keyed_sends_under_crashes_and_a_partition_deliver_every_key_once() -> None:
     resent = already = tables = 0
-    for seed in (2, 3, 5, 8):
+    for seed in (2, 3, 5, 20):
         r = run_seed(FAULTS, seed)
         assert r.violations == [], (seed, r.violations)
         assert r.liveness and r.quiescent and r.one_view, seed
@@ -33,7 +33,7 @@ def test_keyed_sends_under_crashes_and_a_partition_deliver_every_key_once() -> N
         already += r.keys_already_delivered
         tables += r.stats.get("key_tables_sent", 0)
     # Copies were sent again after Undelivered or a crash (seeds 2 and 3 deliver keys only their resends carried),
-    # some of them found delivered already, and joiners took the table.
+    # some of them found delivered already (seed 20), and joiners took the table.
     assert resent > 0 and already > 0 and tables > 0
 
 
@@ -65,11 +65,12 @@ def test_a_process_that_kept_a_table_brings_it_into_the_group_it_joins() -> None
 
 def test_keys_an_application_gave_up_by_leaving_are_not_required_delivered() -> None:
     """An application that leaves the group stops resending what was not settled: those keys may be delivered
-    nowhere, and the run still holds exactly-once (this seed's leaver left with three keys unsettled)."""
+    nowhere (or, ordered before it left, somewhere), every other key is delivered, and the run still holds
+    exactly-once (this seed's leaver left with four keys unsettled, one of which was delivered)."""
     config = SimConfig(members=7, senders=4, messages=200, loss=0.1, crash=2, partition=True, joins=2, leaves=1,
                        locks=True, calls=5, qos="mixed", keys=True, congestion="delay")
     r = run_seed(config, 38)
-    assert r.keys_abandoned > 0 and r.keys_delivered == r.keys_sent - r.keys_abandoned
+    assert r.keys_abandoned > 0 and r.keys_sent - r.keys_abandoned <= r.keys_delivered <= r.keys_sent
     assert r.violations == [] and r.liveness and r.quiescent
 
 

@@ -134,7 +134,6 @@ class Rotation:
         if pending is not None and confirm.ts == pending.ts:
             self.holdings.learn(confirm.src, pending.last_ts)
             self.token.confirmed(now)
-            self.sender.pass_arrived(now)
 
     # ------------------------------------------------------------------------------------------------------------
     # At the token site

@@ -212,10 +212,12 @@ class Sender:
                 self.passing_acked = True
 
     def pass_arrived(self, now: float) -> None:
-        """The next site has our pass (its NACK sent knowing of it, or its confirmation), so every packet our ACK
-        ordered has left our link's queue, which sends in order: they leave the window now, not when that site's
-        own ACK comes.  Under loss that site must first fetch what it lacks (the acceptance rule), and a window
-        that counted our packets through those repairs kept the link idle while the ring waited."""
+        """The next site has our pass (its NACK sent knowing of it), so every packet our ACK ordered has left our
+        link's queue, which sends in order: they leave the window now, not when that site's own ACK comes.  Under
+        loss that site must first fetch what it lacks (the acceptance rule), and a window that counted our packets
+        through those repairs kept the link idle while the ring waited.  (A confirmation is not used: it comes with
+        that site's ACK, and where nothing is lost these packets are timed to the ACK alone, so that one kind of
+        sample sets both this site's base delay and its current one.)"""
         if self.passing and self.passing_acked:
             self._passed(now)
 

@@ -70,10 +70,11 @@ class CongestionControl(ABC):
 
     window: int
     counts_until_passed = False
-    """True: own packets this member orders as token site stay in transit until a later site's ACK shows the pass
-    (and so every packet ahead of it in our link's queue) got through (``Sender.ring_moved``), and send-to-then is
-    a sample of the delay and of the data timer.  False: they leave the window when ordered, unsampled (the
-    paper's window, and the fixed one)."""
+    """True: own packets this member orders as token site stay in transit until a later site's ACK, or the next
+    site's NACK knowing of the pass, shows the pass (and so every packet ahead of it in our link's queue) got
+    through (``Sender.ring_moved``, ``Sender.pass_arrived``), and send-to-then is a sample of the delay and of
+    the data timer.  False: they leave the window when ordered, unsampled (the paper's window, and the fixed
+    one)."""
     timer_deviation_floor = 0.0
     """Seconds of mean deviation the data timer counts at least (``RttEstimator.deviation_floor``)."""
 

@@ -222,10 +222,11 @@ class Sender:
             self._passed(now)
 
     def _passed(self, now: float) -> None:
-        """An ACK after ours: the next site accepted our pass, so it holds every packet our ACK ordered, and they
-        have left our link's queue.  Their bytes leave the window now, and send-to-now is what they waited there
-        and on the way: a delay sample (this member as its site) and a data round trip, whose spread then covers
-        the wait for the next site's ACK that the data timer measures."""
+        """An ACK after ours, or the next site's NACK knowing of our pass (``pass_arrived``): the pass got there,
+        and every packet our ACK ordered, ahead of it, has left our link's queue.  Their bytes leave the window
+        now, and send-to-now is what they waited there and on the way: a delay sample (this member as its site)
+        and a data round trip, whose spread then covers the wait for the next site's ACK that the data timer
+        measures."""
         site = self.pid
         for size, sent_at in self.passing:
             sample: DelaySample | None = None

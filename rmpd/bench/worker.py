@@ -43,6 +43,9 @@ from rmpd.runtime.sockets import MAX_DATAGRAM, open_multicast, open_unicast
 RAW_BATCH = 64
 """Datagrams read or sent between checks of the clock, as the daemon's receive loop batches them."""
 PING_PREFIX, PONG_PREFIX = b"P", b"R"
+LAST_PING = (0).to_bytes(8, "big")
+"""The tag of the message the ping sends after its last ping (numbered from 1): the pong stops at it instead of
+waiting out its grace time."""
 PROBE_PREFIX = b"Q"
 PROBE_STAMP = struct.Struct("!d")
 """A probe message: PROBE_PREFIX, its wall-clock send time, padding.  A transfer's own messages are b"x"s."""
@@ -218,6 +221,8 @@ async def ping(args: argparse.Namespace) -> None:
                     if isinstance(event, rmpd.Delivery) and event.payload[:9] == PONG_PREFIX + tag:
                         rtts.append(time.perf_counter() - started)
                         break
+        with trio.move_on_after(5.0):
+            await group.send(PING_PREFIX + LAST_PING, qos=qos)
     emit({"rtts": rtts})
 
 
@@ -229,6 +234,8 @@ async def pong(args: argparse.Namespace) -> None:
         with trio.move_on_at(trio.current_time() + (end - time.time()) + 5.0):
             async for event in group:
                 if isinstance(event, rmpd.Delivery) and event.payload[:1] == PING_PREFIX:
+                    if event.payload[1:9] == LAST_PING:
+                        break
                     await group.send(PONG_PREFIX + event.payload[1:], qos=qos)
     emit({"done": True})
 

@@ -134,9 +134,9 @@ def test_acceptance_seeds_under_faults() -> None:
 def test_acceptance_quiescent_without_faults() -> None:
     out = subprocess.run(
         [RMP, "sim", "--members", "5", "--senders", "3", "--messages", "300", "--loss", "0", "--dup", "0",
-         "--reorder", "0", "--qos", "mixed", "--seeds", "25", "--json"],
+         "--reorder", "0", "--qos", "mixed", "--seeds", "10", "--json"],
         capture_output=True, text=True, timeout=600, check=False,
     )
     assert out.returncode == 0, out.stderr[-2000:]
     summary = last_json(out.stdout)
-    assert summary["quiescent"] is True and summary["quiescent_seeds"] == 25
+    assert summary["quiescent"] is True and summary["quiescent_seeds"] == 10

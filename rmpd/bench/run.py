@@ -215,9 +215,9 @@ class Bench:
         self.daemons: list[DaemonProcess] = []
         self._baselines: dict[tuple[int, int], dict[str, Any]] = {}
         self._groups = itertools.count(1)
-        self.group_prefix = f"bench-{os.getpid()}"
-        """Group names of this run's cases: two benches at once on one network (or one host) must not join each
-        other's groups, which a name alone makes one group."""
+        self.run_id = os.getpid()
+        """Part of every group name this run's cases use: two benches at once on one network (or one host) must not
+        join each other's groups, which a name alone makes one group."""
         self._workers = itertools.count(1)
         self._daemon_sets = itertools.count(1)
         self.key_path: Path | None = None
@@ -332,7 +332,7 @@ class Bench:
 
     def run(self, case: Case) -> dict[str, Any]:
         baseline = self.baseline(case.size, case.members)
-        group = f"{self.group_prefix}-{next(self._groups)}"
+        group = f"bench-{self.run_id}-{next(self._groups)}"
         common = ["--group", group, "--members", str(case.members), "--qos", case.qos, "--size", str(case.size)]
         daemons: list[DaemonProcess] = [] if case.embedded else self.fresh_daemons(case.members)
         # One application process per member (an embedded node, or a client of that member's daemon) counts what

@@ -136,7 +136,7 @@ class TransferBench:
         if case.senders >= case.members:
             raise BenchError(f"{case.members} members and {case.senders} senders leave no destination")
         self._groups += 1
-        group = f"transfer-{bench.group_prefix.removeprefix('bench-')}-{self._groups}"
+        group = f"transfer-{bench.run_id}-{self._groups}"
         daemons = bench.fresh_daemons(case.members)
         common = ["--group", group, "--members", str(case.members), "--qos", case.qos, "--size", str(case.size)]
         shares = [case.messages // case.senders + (i < case.messages % case.senders) for i in range(case.senders)]

@@ -43,7 +43,7 @@ def test_each_case_runs_on_daemons_started_for_it(loopback_multicast: None, tmp_
         assert first["complete"] and second["complete"]
         assert all(proc.poll() is not None for proc in earlier), "the first case's daemons were stopped"
         assert not {proc.pid for proc in earlier} & {daemon.proc.pid for daemon in bench.daemons}
-        first_group = f"{bench.group_prefix}-1"
+        first_group = f"bench-{bench.run_id}-1"
         assert not [group for group in bench.daemons[0].status()["groups"] if group["group"] == first_group]
     finally:
         bench.close()

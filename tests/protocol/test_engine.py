@@ -509,8 +509,6 @@ def test_the_token_state_follows_a_pass_that_has_to_wait_for_a_repair() -> None:
     assert ring.delivered(1) == [b"x"]
 
 
-
-
 def test_packets_our_pass_ordered_leave_the_window_once_the_next_site_shows_the_pass_arrived() -> None:
     """The next site lacks a packet our pass ordered, so it cannot accept until the repair comes; its NACK, sent
     knowing of the pass, shows that everything the pass ordered has left our link.  From then on the window

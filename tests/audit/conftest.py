@@ -15,6 +15,8 @@ from collections.abc import Iterator
 import pytest
 from pyspark.sql import SparkSession
 
+from rmpd.audit.jvm import ARCHIVE_ENV
+
 
 @pytest.fixture(scope="session")
 def spark() -> Iterator[SparkSession]:
@@ -39,6 +41,14 @@ def spark() -> Iterator[SparkSession]:
     session.sparkContext.setLogLevel("ERROR")
     yield session
     session.stop()
+
+
+@pytest.fixture(autouse=True)
+def no_class_archive(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The audits these tests run (in this process or in one of their own) start their JVMs without a class-data
+    archive: writing one takes half a minute at a JVM's exit and some 170 MB of the user's cache, and these tests
+    judge verdicts, not start-up.  The tests of the archive itself take this away (``monkeypatch.delenv``)."""
+    monkeypatch.setenv(ARCHIVE_ENV, "off")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -9,19 +9,6 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from rmpd.audit.inputs import (
-    EXIT_UNREADABLE,
-    INSTALL_HINT,
-    JOURNAL_SUFFIXES,
-    SPARK_LOG_LEVELS,
-    UnreadableInput,
-    UnusableMaster,
-    check_local,
-    check_master,
-)
-from rmpd.keyfile import load_key_file
-from rmpd.wire.sealing import AuthKeyError
-
 audit_app = typer.Typer()
 
 
@@ -54,6 +41,19 @@ def audit(
     Exit status: 0 every invariant holds, 1 some invariant is violated, 2 the input could not be read (or the
     master cannot be used), 3 Spark failed for another reason.
     """
+    from rmpd.audit.inputs import (
+        EXIT_UNREADABLE,
+        INSTALL_HINT,
+        JOURNAL_SUFFIXES,
+        SPARK_LOG_LEVELS,
+        UnreadableInput,
+        UnusableMaster,
+        check_local,
+        check_master,
+    )
+    from rmpd.keyfile import load_key_file
+    from rmpd.wire.sealing import AuthKeyError
+
     err = Console(stderr=True)
     if not paths and not pcap:
         err.print("[red]error:[/red] give at least one journal PATH or --pcap FILE")

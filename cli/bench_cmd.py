@@ -12,8 +12,6 @@ from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
 
 if TYPE_CHECKING:
     from rmpd.bench.run import Hosts
@@ -71,6 +69,8 @@ def delivered_all(result: dict[str, Any]) -> str:
 
 
 def render(results: list[dict[str, Any]], console: Console) -> None:
+    from rich.table import Table
+
     table = Table(title="rmp bench: messages delivered per second per member (goodput) vs raw UDP multicast")
     for column in ("members", "senders", "size", "qos", "where", "raw msg/s", "rmpd msg/s", "ratio",
                    "p50 ms", "p99 ms", "CPU µs/msg", "raw CPU µs/msg", "daemon peak RSS MiB", "all delivered"):
@@ -91,6 +91,8 @@ def render_transfers(results: list[dict[str, Any]], console: Console) -> None:
     first = results[0]
     rate = f"links at {first['rate']}" if first["rate"] else "unshaped links"
     loss = f", {first['loss']:.0%} loss" if first["loss"] else ""
+    from rich.table import Table
+
     table = Table(title=f"rmp bench: transfers over {rate}{loss}: goodput per destination as a fraction of the wire")
     probing = "probe_p99_ms" in first
     for column in ("dest", "senders", "bytes", "size", "qos", "member", "received", "seconds", "KB/s", "of wire",
@@ -233,6 +235,8 @@ def run_cases(cases: Sequence[Any], start: Callable[[Path, Hosts, Callable[[str]
     """Run ``cases`` one after another on hosts made for the largest, with a progress line: what both modes share.
     ``start`` makes the runner from a work directory, the hosts and a progress callback; a setup or run failure
     ends the command with exit status 1 and one line."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
     from rmpd.bench.run import BenchError, Hosts
     from rmpd.daemon.probe import multicast_loops
 

@@ -1,6 +1,9 @@
 """`rmp`: the command a person types to simulate, audit and (later) use groups.
 
-Each command lives in its own module with its own ``typer.Typer``; this module only joins them.
+Each command lives in its own module with its own ``typer.Typer``; this module only joins them.  Every `rmp` builds
+every command's options, so a command's module imports at its top only what its options need and what the daemon's
+commands run with (trio, the client library); the auditor, the simulator, the bench and their progress bars are
+imported by the command that runs them.
 """
 
 from __future__ import annotations

@@ -7,14 +7,11 @@ import math
 import os
 import statistics
 import time
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
 
 from rmpd.sim import QOS_CHOICES
 
@@ -162,6 +159,10 @@ def _percentile(values: list[float], q: float) -> float:
 
 def _run_all(config: SimConfig, seeds: list[int], journal: Path | None, workers: int,
              err: Console) -> list[SeedResult]:
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
     from rmpd.sim.runner import run_seed
 
     results: list[SeedResult] = []
@@ -186,6 +187,8 @@ def _print_summary(console: Console, config: SimConfig, summary: dict) -> None:
     column per measure would cut its headers and numbers."""
     console.print(f"rmp sim: {config.members} members, {config.senders} senders x {config.messages} messages, "
                   f"qos {config.qos}, loss {config.loss}, dup {config.dup}, reorder {config.reorder}", highlight=False)
+    from rich.table import Table
+
     table = Table()
     table.add_column("measure")
     table.add_column("value", justify="right", no_wrap=True)

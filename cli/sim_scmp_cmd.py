@@ -7,8 +7,6 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
 
 sim_scmp_app = typer.Typer()
 
@@ -28,6 +26,9 @@ def sim_scmp(
     bound of the settled half (Condition 2 of the adaptive paper: the estimate converges below 2X)."""
     if estimator not in ("limited", "unlimited", "fixed"):
         raise typer.BadParameter("must be limited, unlimited or fixed", param_hint="--estimator")
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+    from rich.table import Table
+
     from rmpd.sim.scmp_sim import ScmpSimConfig, run_scmp_seed
 
     err = Console(stderr=True)

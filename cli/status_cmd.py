@@ -8,7 +8,6 @@ from typing import Annotated
 import trio
 import typer
 from rich.console import Console, Group
-from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
@@ -198,6 +197,8 @@ def _scmp(scmp: dict) -> str:
 
 def _watch(ctx: typer.Context, interval: float, count: int) -> None:
     """One connection, a status request every ``interval``, redrawn in place; rates from the counters' change."""
+    from rich.live import Live
+
     console = Console()
 
     async def body(client: Client) -> None:

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from importlib.metadata import PackageNotFoundError, version
 
 import typer
 
 
 def installed_version() -> str:
     """The installed package's version (what `pip show rmpd` says); a source tree that is not installed has none."""
+    from importlib.metadata import PackageNotFoundError, version  # read only for --version: slow to import
+
     try:
         return version("rmpd")
     except PackageNotFoundError:

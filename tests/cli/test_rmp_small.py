@@ -49,3 +49,16 @@ def test_the_sim_table_reads_whole_at_80_columns() -> None:
     for measure, value in (("delivered / expected", f"{delivered} / {delivered}"), ("violations", "0"),
                            ("max OrderingQ ACKs", r"\d+"), ("datagrams", r"\d{4,}")):
         assert re.search(rf"│ {re.escape(measure)} +│ +{value} │", text), (measure, text)
+
+
+def test_a_command_loads_what_it_runs_and_not_what_the_other_commands_run() -> None:
+    """Every `rmp` builds all of its commands' options, so a module of commands imports at its top only what those
+    need: a command to the daemon must not wait for the auditor, the simulator, the bench or package metadata."""
+    loaded = subprocess.run(
+        [sys.executable, "-c", "import sys; from cli.rmp_main import app; import typer.main; "
+                               "typer.main.get_command(app); print(' '.join(sorted(sys.modules)))"],
+        capture_output=True, text=True, timeout=60, check=True).stdout.split()
+    assert "trio" in loaded and "rmpd.client" in loaded  # what the daemon's commands run with
+    for heavy in ("rmpd.audit.inputs", "rmpd.keyfile", "rmpd.sim.runner", "rmpd.bench.run", "rich.progress",
+                  "rich.live", "importlib.metadata", "concurrent.futures.process", "pyspark"):
+        assert heavy not in loaded, heavy

@@ -53,7 +53,9 @@ class Repair:
         NACK was not resent (``nack_tries`` is 1: Karn's rule)."""
         self.multicast_resends: dict[tuple[int, ProcessId | None, int], float] = {}
         """When each packet was last multicast again for a NACK, keyed by (timestamp, None, 0) for what the
-        OrderingQ holds and (-1, src, seq) for unordered data: see ``answer``."""
+        OrderingQ holds and (-1, src, seq) for unordered data: see ``answer``.  (Not one key for a packet named
+        either way: the next token site NACKs an ordered packet by its timestamp at once, the ring waiting on it,
+        and a copy multicast a moment before for a source's gap may be the one it lost.)"""
         self.nack_contig = start_ts
         """The first missing timestamp the current NACKs are about is the one after this."""
         self.gap = Deadline()
@@ -338,15 +340,12 @@ class Repair:
                 found.append(((ts, None, 0), data[slot.key]))
         found.extend(((-1, *key), data[key]) for key in nack.data if key in data)
         del found[limit:]  # bounded: the requester asks again for the rest
-        if privately:
-            for _, packet in found:
-                self.outbox.unicast(nack.src, packet, now)
-            return
         # Several members often NACK one hole within a few ms, before the first answer reached them; one multicast
-        # answers them all.  A requester whose copy was lost asks again after its NACK timeout, past this window
-        # (half of ours: NACKs here and there are timed from round trips on the same network), and not before our
-        # last copy could have got through our link's queue: a NACK resent while it still waits there would add
-        # another copy behind it, and the queue would grow with every repair.
+        # answers them all, and a private answer adds no copy of a packet multicast within the window either (that
+        # copy is on its way to every member, the requester too).  A requester whose copy was lost asks again after
+        # its NACK timeout, past this window (half of ours: NACKs here and there are timed from round trips on the
+        # same network), and not before our last copy could have got through our link's queue: a NACK resent while
+        # it still waits there would add another copy behind it, and the queue would grow with every repair.
         recent = self.multicast_resends
         window = max(self.nack_rtt.rto / 2, self.own_path.srtt or 0.0)
         if len(recent) > 4 * limit:
@@ -354,9 +353,11 @@ class Repair:
         for key, packet in found:
             if now - recent.get(key, -window) < window:
                 self.stats["nack_resends_suppressed"] += 1
-                continue
-            recent[key] = now
-            self.outbox.multicast(packet, now)
+            elif privately:
+                self.outbox.unicast(nack.src, packet, now)
+            else:
+                recent[key] = now
+                self.outbox.multicast(packet, now)
 
     def own_named(self, nack: Nack) -> list[int]:
         """Sequence numbers of this process's packets that ``nack`` asks for."""

@@ -390,6 +390,31 @@ def test_one_multicast_answers_several_nacks_for_the_same_hole() -> None:
     assert nack_from(d) == first, "the window is half the NACK timeout, which follows the round trip"
 
 
+def test_a_private_answer_adds_no_copy_of_a_packet_multicast_within_the_window() -> None:
+    """C NACKs B's packet at A, which multicasts it; a NACK answered privately (a tail NACK, or one naming no one)
+    then adds no unicast copy of it within the window, the multicast copy being on its way to every member."""
+    ring = Ring(4)
+    a, b, c, d = ring.pids
+    ring.send(1, b"x")
+    ring.flush()
+    ts = next(ts for ts, slot in ring[0].ordering.q.slots.items() if slot.key == (b, 1))
+    holder = ring[0]
+    view = ring.view.view_id
+
+    def answer(nack: Nack) -> list[tuple[str | None, bytes]]:
+        holder.receive_datagram(encode(nack), nack.src, ring.now)
+        return [(tx.dest, tx.data) for tx in holder.take_outputs().datagrams]
+
+    by_timestamp = answer(Nack(view, c, a, ts - 1, ts, False, (ts,), ()))
+    assert [dest for dest, _ in by_timestamp] == [None]
+    packet = by_timestamp[0][1]
+    assert packet not in [data for _, data in answer(Nack(view, d, None, ts - 1, ts, False, (ts,), ()))]
+    assert packet not in [data for _, data in answer(Nack(view, c, a, ts - 1, ts, True, (), ()))]
+    assert holder.stats["nack_resends_suppressed"] == 2
+    ring.now += holder.config.nack_timeout
+    assert answer(Nack(view, d, None, ts - 1, ts, False, (ts,), ())) == [(d, packet)], "asked again, past it"
+
+
 def test_a_packet_is_not_multicast_again_while_our_last_copy_may_still_wait_in_our_link() -> None:
     """Our own packets take 30 ms from sending to ordering (a queue in our link): a NACK resent sooner than that
     finds the last copy still on its way, and another copy behind it would only lengthen the queue."""

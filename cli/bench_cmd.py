@@ -88,11 +88,11 @@ def render(results: list[dict[str, Any]], console: Console) -> None:
 
 def render_transfers(results: list[dict[str, Any]], console: Console) -> None:
     """One row per destination; the case's figures on its first row."""
+    from rich.table import Table
+
     first = results[0]
     rate = f"links at {first['rate']}" if first["rate"] else "unshaped links"
     loss = f", {first['loss']:.0%} loss" if first["loss"] else ""
-    from rich.table import Table
-
     table = Table(title=f"rmp bench: transfers over {rate}{loss}: goodput per destination as a fraction of the wire")
     probing = "probe_p99_ms" in first
     for column in ("dest", "senders", "bytes", "size", "qos", "member", "received", "seconds", "KB/s", "of wire",

@@ -185,10 +185,10 @@ def _run_all(config: SimConfig, seeds: list[int], journal: Path | None, workers:
 def _print_summary(console: Console, config: SimConfig, summary: dict) -> None:
     """One line per measure, the measure's name beside its value: reads whole at 80 columns, where a table with a
     column per measure would cut its headers and numbers."""
-    console.print(f"rmp sim: {config.members} members, {config.senders} senders x {config.messages} messages, "
-                  f"qos {config.qos}, loss {config.loss}, dup {config.dup}, reorder {config.reorder}", highlight=False)
     from rich.table import Table
 
+    console.print(f"rmp sim: {config.members} members, {config.senders} senders x {config.messages} messages, "
+                  f"qos {config.qos}, loss {config.loss}, dup {config.dup}, reorder {config.reorder}", highlight=False)
     table = Table()
     table.add_column("measure")
     table.add_column("value", justify="right", no_wrap=True)

@@ -216,8 +216,8 @@ class Bench:
         self._baselines: dict[tuple[int, int], dict[str, Any]] = {}
         self._groups = itertools.count(1)
         self.run_id = os.getpid()
-        """Part of every group name this run's cases use: two benches at once on one network (or one host) must not
-        join each other's groups, which a name alone makes one group."""
+        """Part of every group name this run's cases use: a group is known by its name alone, and two benches at once
+        on one network (or one host) must not join each other's groups."""
         self._workers = itertools.count(1)
         self._daemon_sets = itertools.count(1)
         self.key_path: Path | None = None

@@ -47,7 +47,7 @@ def spark() -> Iterator[SparkSession]:
 def no_class_archive(monkeypatch: pytest.MonkeyPatch) -> None:
     """The audits these tests run (in this process or in one of their own) start their JVMs without a class-data
     archive: writing one takes half a minute at a JVM's exit and some 170 MB of the user's cache, and these tests
-    judge verdicts, not start-up.  The tests of the archive itself take this away (``monkeypatch.delenv``)."""
+    judge verdicts, not start-up.  The tests of the archive itself take this away (test_class_archive.py)."""
     monkeypatch.setenv(ARCHIVE_ENV, "off")
 
 

@@ -31,9 +31,13 @@ def _audit(path: Path, cache: Path) -> subprocess.CompletedProcess[str]:
                           env={**os.environ, "XDG_CACHE_HOME": str(cache)}, timeout=300)
 
 
-def test_the_first_audit_writes_the_archive_and_a_damaged_one_is_ignored(tmp_path: Path,
-                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.fixture(autouse=True)
+def archive_allowed(no_class_archive: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    """These tests are of the archive: take away the setting the rest of the audit suite runs with."""
     monkeypatch.delenv(ARCHIVE_ENV)
+
+
+def test_the_first_audit_writes_the_archive_and_a_damaged_one_is_ignored(tmp_path: Path) -> None:
     trace = write_case(tmp_path / "trace", "clean", base=84_000)
     cache = tmp_path / "cache"
     first = _audit(trace, cache)
@@ -55,7 +59,6 @@ def test_the_first_audit_writes_the_archive_and_a_damaged_one_is_ignored(tmp_pat
 def test_the_launch_maps_an_archive_writes_a_missing_one_or_neither(tmp_path: Path,
                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
-    monkeypatch.delenv(ARCHIVE_ENV)
     ended = subprocess.Popen(["true"])
     ended.wait()
     archive_path().parent.mkdir(parents=True)
@@ -78,7 +81,6 @@ def test_writing_an_archive_keeps_only_the_newest_others(tmp_path: Path, monkeyp
     """Every install (a clone's virtual environment, an upgrade) writes an archive of its own: writing one removes
     all but the newest KEPT_ARCHIVES of the others, and leaves what is not an archive alone."""
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
-    monkeypatch.delenv(ARCHIVE_ENV)
     cache = archive_path().parent
     cache.mkdir(parents=True)
     others = [cache / f"spark-classes-{i:016x}.jsa" for i in range(KEPT_ARCHIVES + 3)]

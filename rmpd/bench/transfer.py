@@ -42,9 +42,9 @@ RATE_UNITS = {
 SIZE_UNITS = {"": 1, "b": 1, "kb": 1000, "mb": 1000**2, "gb": 1000**3, "kib": 1 << 10, "mib": 1 << 20,
               "gib": 1 << 30}
 COUNTERS = ("send_dropped", "send_errors", "reformations_started", "reformations_aborted", "data_retransmits",
-            "nacks_answered", "nack_resends_suppressed", "nacks_sent", "tail_nacks_sent", "gap_nacks_sent",
-            "window_halved_nack", "window_halved_timeout", "ack_retransmits", "ack_copies", "delivered",
-            "datagrams_sent")
+            "nacks_answered", "nack_resends_suppressed", "nack_resends_held", "nacks_sent", "tail_nacks_sent",
+            "gap_nacks_sent", "window_halved_nack", "window_halved_timeout", "ack_retransmits", "ack_copies",
+            "delivered", "datagrams_sent")
 """The daemons' counters a transfer reports (their growth during it)."""
 PROBE_SIZE = 100
 """Bytes of a probe's message: small, as a control or chat message beside a bulk transfer."""

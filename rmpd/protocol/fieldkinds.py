@@ -221,7 +221,19 @@ def _seqs_dec(v: Any) -> tuple[tuple[ProcessId, int], ...]:
     return tuple(out)
 
 
-def _pairs_enc(v: tuple[tuple[Any, int], ...]) -> list:
+def _runs_dec(v: Any) -> tuple[tuple[ProcessId, int, int], ...]:
+    out = []
+    for item in _list(v):
+        if type(item) is not list or len(item) != 3:
+            raise _fail("expected run [pid, first, last]")
+        first, last = _uint(item[1]), _uint(item[2])
+        if last < first:
+            raise _fail("run ends before it starts")
+        out.append((_pid(item[0]), first, last))
+    return tuple(out)
+
+
+def _pairs_enc(v: tuple[tuple[Any, ...], ...]) -> list:
     return [list(p) for p in v]
 
 
@@ -324,6 +336,7 @@ FIELD_KINDS: dict[str, tuple[Callable[[Any], Any], Callable[[Any], Any]]] = {
     "uints": (list, _uints_dec),
     "pids": (list, _pids_dec),
     "seqs": (_pairs_enc, _seqs_dec),
+    "runs": (_pairs_enc, _runs_dec),
     "members": (_pairs_enc, _members_dec),
     "locks": (_pairs_enc, _locks_dec),
 }

@@ -252,6 +252,26 @@ class Ordering:
                 break
         return gaps
 
+    def held_runs(self, limit: int) -> tuple[tuple[ProcessId, int, int], ...]:
+        """The DataList as runs (src, first seq, last seq) of consecutive sequence numbers, sources in order, the
+        oldest runs first and at most ``limit`` of them: what a NACK by timestamp tells its answerer it holds."""
+        runs: list[tuple[ProcessId, int, int]] = []
+        for src in sorted(self.unordered):
+            first = last = -1
+            for seq in sorted(self.unordered[src]):
+                if seq != last + 1:
+                    if first >= 0:
+                        runs.append((src, first, last))
+                        if len(runs) == limit:
+                            return tuple(runs)
+                    first = seq
+                last = seq
+            if first >= 0:
+                runs.append((src, first, last))
+                if len(runs) == limit:
+                    break
+        return tuple(runs)
+
     # ------------------------------------------------------------------------------------------------------------
     # Delivery cursors
 

@@ -142,7 +142,10 @@ class Nack(Packet):
 
     ``upto`` is the requester's highest consecutive timestamp; when ``tail`` is set the target also resends what it
     holds beyond the highest timestamp the requester knows of (``known``), which recovers a lost last ACK.
-    ``data`` names data packets by (src, seq) that the requester knows exist but has not seen ordered.
+    ``data`` names data packets by (src, seq) that the requester knows exist but has not seen ordered.  ``held``
+    lists runs (src, first seq, last seq) of data packets the requester holds and has not seen ordered: a
+    requester that lost an ACK asks for the timestamps it ordered without knowing which packets they are, and most
+    of them are in its DataList already, so an answer by timestamp skips those.
     """
 
     view: ViewId
@@ -153,8 +156,9 @@ class Nack(Packet):
     tail: bool
     missing: tuple[int, ...]
     data: tuple[tuple[ProcessId, int], ...]
+    held: tuple[tuple[ProcessId, int, int], ...] = ()
     TYPE: ClassVar[PacketType] = PacketType.NACK
-    KINDS: ClassVar[tuple[str, ...]] = ("view", "pid", "opt_pid", "uint", "uint", "bool", "uints", "seqs")
+    KINDS: ClassVar[tuple[str, ...]] = ("view", "pid", "opt_pid", "uint", "uint", "bool", "uints", "seqs", "runs")
 
 
 @dataclass(frozen=True, slots=True)

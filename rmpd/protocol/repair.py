@@ -30,6 +30,9 @@ NAMED_HOLE_SCAN = 256
 NACK_LIST = 256
 """Timestamps, and (source, sequence) pairs, one NACK asks for at most."""
 
+HELD_RUNS = 32
+"""Runs of unordered packets held that one NACK reports at most (``Nack.held``)."""
+
 
 class Repair:
     """Everything one member asks others for, and answers them."""
@@ -211,8 +214,9 @@ class Repair:
         q = self.ordering.q
         for ts in missing:
             q.slots[ts].state = SlotState.REQUESTED
+        held = self.ordering.held_runs(HELD_RUNS) if missing or tail else ()
         nack = Nack(self.views.current.view_id, self.pid, target, q.contig, q.high, tail, tuple(missing),
-                    tuple(data or ()))
+                    tuple(data or ()), held)
         self.stats["tail_nacks_sent" if tail else "nacks_sent"] += 1
         self.outbox.multicast(nack, now)
 
@@ -337,6 +341,9 @@ class Repair:
             if slot.kind is SlotKind.ACK or isinstance(slot.packet, NewList):
                 found.append(((ts, None, 0), slot.packet))  # type: ignore[arg-type]
             elif slot.kind is SlotKind.DATA and slot.key is not None:
+                if nack.held and held_by(nack, slot.key):
+                    self.stats["nack_resends_held"] += 1  # the requester lost the ACK, not the packet
+                    continue
                 found.append(((ts, None, 0), data[slot.key]))
         found.extend(((-1, *key), data[key]) for key in nack.data if key in data)
         del found[limit:]  # bounded: the requester asks again for the rest
@@ -367,3 +374,9 @@ class Repair:
             if slot is not None and slot.key is not None and slot.key[0] == self.pid:
                 own.append(slot.key[1])
         return own
+
+
+def held_by(nack: Nack, key: tuple[ProcessId, int]) -> bool:
+    """Whether ``nack``'s requester reports holding the data packet ``key`` (``Nack.held``)."""
+    src, seq = key
+    return any(run_src == src and first <= seq <= last for run_src, first, last in nack.held)

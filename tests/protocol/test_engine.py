@@ -9,7 +9,7 @@ from rmpd.protocol.config import EngineConfig
 from rmpd.protocol.events import messages_of
 from rmpd.protocol.ids import ViewId
 from rmpd.protocol.orderingq import SlotKind, SlotState
-from rmpd.protocol.packets import Ack, Alive, Confirm, Data, ListChangeRequest, Nack, RecoveryVote, encode
+from rmpd.protocol.packets import Ack, Alive, Confirm, Data, ListChangeRequest, Nack, Packet, RecoveryVote, encode
 from rmpd.protocol.qos import QoS
 from rmpd.protocol.token import TokenState
 
@@ -553,3 +553,26 @@ def test_packets_our_pass_ordered_leave_the_window_once_the_next_site_shows_the_
     ring.drop = lambda src, dst, packet: False
     ring.advance(2.0)
     assert ring.delivered(1) == [bytes([i]) * 1000 for i in range(40)]
+
+
+def test_a_member_that_lost_an_ack_gets_the_ack_again_but_not_the_data_it_holds() -> None:
+    """D holds B's packets but loses the ACK that ordered them: its NACK by timestamp names what it holds
+    (``Nack.held``), and the answers bring the ACK without another copy of those packets."""
+    ring = Ring(4)
+    b, d = ring.pids[1], ring.pids[3]
+
+    def lost(src: str, dst: str, packet: Packet) -> bool:
+        return dst == d and isinstance(packet, Ack) and any(src_ == b for src_, _, _ in packet.ids)
+
+    ring.drop = lost
+    for i in range(3):
+        ring.send(1, b"m%d" % i)
+    ring.flush()
+    ring.drop = lambda src, dst, packet: False
+    assert ring.advance_until(lambda: len(ring.delivered(3)) == 3, 5.0) is not None
+    assert ring.delivered(3) == [b"m0", b"m1", b"m2"]
+    nacks = [p for s, _, p in ring.log if s == d and isinstance(p, Nack)]
+    assert nacks and all((b, 1, 3) in nack.held for nack in nacks), nacks
+    copies = [dst for s, dst, p in ring.log if isinstance(p, Data) and p.src == b]
+    assert copies.count(d) == 3, "D got each of B's packets once: the answers held back what it had"
+    assert sum(ring[i].stats["nack_resends_held"] for i in range(4)) >= 3

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 
 import msgpack
 import pytest
@@ -19,6 +20,7 @@ from rmpd.protocol.packets import (
     Data,
     DecodeError,
     Fragment,
+    Nack,
     Packet,
     Relayed,
     decode,
@@ -58,6 +60,8 @@ KIND_STRATEGIES = {
     "uints": small(uints, max_size=5).map(tuple),
     "pids": small(pids, max_size=5).map(tuple),
     "seqs": small(st.tuples(pids, uints), max_size=5).map(tuple),
+    "runs": small(st.tuples(pids, st.integers(0, 2**62), st.integers(0, 2**62))
+                  .map(lambda run: (run[0], run[1], run[1] + run[2])), max_size=5).map(tuple),
     "members": small(st.tuples(pids, st.booleans()), min_size=1, max_size=5).map(tuple),
     "locks": small(st.tuples(uints, pids), max_size=5).map(tuple),
     "status": st.sampled_from(list(CallStatus)),
@@ -179,3 +183,11 @@ def test_packed_and_fragment_bodies_are_checked() -> None:
                                           use_bin_type=True)
         with pytest.raises(DecodeError):
             decode(raw)
+
+
+def test_a_nack_whose_held_run_ends_before_it_starts_is_rejected() -> None:
+    view = ViewId("10.0.0.1:7000", 1)
+    held = Nack(view, "10.0.0.2:7000", None, 0, 3, False, (2, 3), (), (("10.0.0.1:7000", 4, 6),))
+    assert decode(encode(held)) == held
+    with pytest.raises(DecodeError, match="run ends before it starts"):
+        decode(encode(dataclasses.replace(held, held=(("10.0.0.1:7000", 6, 4),))))

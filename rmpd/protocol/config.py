@@ -40,9 +40,10 @@ class EngineConfig:
     """MAX_PACKET of figure 4.2: packing gathers small messages into packets of at most this many bytes."""
     min_window: int = 0
     """A cut never takes the send window below this; 0 means two of the largest packets (2 * ``max_packet``), as
-    TCP never sets its slow-start threshold below two segments (RFC 5681).  Random loss cuts the window about
-    once per round trip, so under loss it sits at this floor, and a floor of one packet would leave a sender one
-    packet per token pass (docs/benchmarks.md)."""
+    TCP never sets its slow-start threshold below two segments (RFC 5681), and for the delay window
+    ``DelayWindow.FLOOR`` (16 KiB) or two of the largest packets if that is less.  Random loss cuts the window
+    about once per round trip, so under loss it sits at this floor, and a floor of one packet would leave a sender
+    one packet per token pass (docs/benchmarks.md)."""
     max_message: int = 16 * 1024 * 1024
     """Largest application message; larger than ``max_packet``, it travels as fragments and is delivered whole."""
     initial_window: int = 65536

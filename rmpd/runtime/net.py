@@ -50,8 +50,9 @@ def packet_limits_for(address: str) -> dict[str, int]:
     Per datagram the costs are fixed (system calls, decoding, the engine's step, an ACK's share), so larger packets
     carry packed messages for less: where the interface carries 60 KiB datagrams whole (loopback), MAX_PACKET is
     that.  Elsewhere MAX_PACKET stays the engine's 16 KiB, and MIN_PACKET is what fits the interface's MTU whole:
-    packets shrink with the send window toward it (figure 4.2) when a link, not the CPU, is the limit, where a
-    datagram of several IP fragments is lost whole when the bottleneck's full queue drops any one of them.  With no
+    packets shrink with the send window toward it (figure 4.2) where the window's floor (``min_window``) lets
+    them, which the delay window's default floor does not (packets of one MTU cost the cores more than their
+    fragments risk while the window keeps the bottleneck's queue from overflowing; docs/protocol.md).  With no
     MTU to read, the engine's defaults stay.  ``max_packet`` and ``min_packet`` in ``[timers]`` set either."""
     mtu = interface_mtu(interface_of(address))
     if mtu is None:

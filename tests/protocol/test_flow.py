@@ -521,3 +521,17 @@ def test_a_busy_link_holds_new_packets_and_resends_and_is_never_taken_for_a_fail
     ring.advance(2.0)
     expected = [b"first"] + [f"m{i}".encode() for i in range(10)]
     assert [ring.delivered(i) for i in range(3)] == [expected] * 3
+
+
+def test_the_delay_windows_floor_keeps_packets_of_several_messages_where_the_mtu_is_small() -> None:
+    """On a 1500-byte Ethernet ``min_packet`` is 1,342 bytes; waits that hold the window at its floor still leave
+    packets of 8 KiB (eight 1,000-byte messages), not one message each.  Packets that cannot be that large lower
+    the floor to two of them, and ``min_window`` sets it outright."""
+    window = make_congestion_control(EngineConfig(congestion="delay", min_packet=1342))
+    assert isinstance(window, DelayWindow) and window.min_window == DelayWindow.FLOOR == 16384
+    windows = run_waits(window, base=0.001, wait=0.050, rounds=300, quiet=1)
+    assert min(windows) >= DelayWindow.FLOOR and window.packet_limit() >= 8192
+    small_packets = make_congestion_control(EngineConfig(congestion="delay", min_packet=1342, max_packet=1342))
+    assert small_packets.min_window == 2 * 1342
+    assert make_congestion_control(EngineConfig(congestion="delay", min_packet=1342, min_window=4000)).min_window \
+        == 4000

@@ -9,8 +9,9 @@ order and above).  Fragments are reassembled here, per source, in delivery order
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from enum import Enum
+from itertools import islice
 
 from .ids import ProcessId, ViewId
 from .orderingq import OrderingQ, Slot, SlotKind, SlotState
@@ -255,22 +256,9 @@ class Ordering:
     def held_runs(self, limit: int) -> tuple[tuple[ProcessId, int, int], ...]:
         """The DataList as runs (src, first seq, last seq) of consecutive sequence numbers, sources in order, the
         oldest runs first and at most ``limit`` of them: what a NACK by timestamp tells its answerer it holds."""
-        runs: list[tuple[ProcessId, int, int]] = []
-        for src in sorted(self.unordered):
-            first = last = -1
-            for seq in sorted(self.unordered[src]):
-                if seq != last + 1:
-                    if first >= 0:
-                        runs.append((src, first, last))
-                        if len(runs) == limit:
-                            return tuple(runs)
-                    first = seq
-                last = seq
-            if first >= 0:
-                runs.append((src, first, last))
-                if len(runs) == limit:
-                    break
-        return tuple(runs)
+        runs = ((src, first, last) for src in sorted(self.unordered)
+                for first, last in consecutive_runs(sorted(self.unordered[src])))
+        return tuple(islice(runs, limit))
 
     # ------------------------------------------------------------------------------------------------------------
     # Delivery cursors
@@ -393,3 +381,16 @@ class Ordering:
         """A source left the view: every member drops the same unfinished message."""
         for src in [s for s in self.reassembly if s not in view]:
             del self.reassembly[src]
+
+
+def consecutive_runs(seqs: list[int]) -> Iterator[tuple[int, int]]:
+    """(first, last) of each run of consecutive numbers in the sorted ``seqs``."""
+    if not seqs:
+        return
+    first = last = seqs[0]
+    for seq in seqs[1:]:
+        if seq != last + 1:
+            yield first, last
+            first = seq
+        last = seq
+    yield first, last

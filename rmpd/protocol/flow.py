@@ -24,8 +24,9 @@ if TYPE_CHECKING:
     from .config import EngineConfig
 
 
-DelaySample = tuple[str, float]
-"""(the site whose ACK ordered a packet of ours, seconds from the packet's only transmission to that ACK)."""
+DelaySample = tuple[str, float, float]
+"""(the site whose ACK ordered a packet of ours, seconds from the packet's only transmission to that ACK, seconds
+of that the packet waited at the site for the token and for repairs, ``Ack.waits``)."""
 
 
 class RttEstimator:
@@ -300,7 +301,9 @@ class DelayWindow(SendWindow):
 
     A packet of ours is ordered once the token site has it, so its send-to-ordering delay is a round trip to that
     site plus what waited in every queue on the way: the sender's socket and interface, the bottleneck link's queue,
-    the site's receive queue.  Each site's smallest delay is its base; the current delay above the base is queueing.
+    the site's receive queue; and the time it waited at the site for the token and for the repairs the site's
+    acceptance needs, which the site's ACK reports (``Ack.waits``) and which is taken off: no smaller window
+    shortens it.  Each site's smallest delay is its base; the current delay above the base is queueing.
     The slowest receiver governs: every site takes the token in turn, and the site with the most queueing sets the
     window.  Once a round trip the window moves half way to ``window * (base + TARGET) / delay``, FAST TCP's update
     with its alpha set to TARGET seconds of the measured rate: it grows while less than TARGET queues and settles
@@ -372,13 +375,13 @@ class DelayWindow(SendWindow):
         self.ordered_bytes += size
         if sample is None:
             return
-        site, delay = sample
+        site, delay, waited = sample
         record = self.sites.get(site)
         if record is None:
             record = self.sites[site] = SiteDelay(now)
-        record.add(now, delay)
+        record.add(now, delay - waited)
         if now >= self.round_end:
-            self._update(now)
+            self._update(now, delay)
 
     def queueing(self, now: float) -> tuple[float, float]:
         """(queueing delay, base delay) at the site that queues most among those heard from lately."""
@@ -393,7 +396,9 @@ class DelayWindow(SendWindow):
                 worst, worst_base = queued, base
         return worst, worst_base
 
-    def _update(self, now: float) -> None:
+    def _update(self, now: float, loop: float) -> None:
+        """Move the window once a round; ``loop``: the whole send-to-ordering time of the sample that prompted it,
+        waits at the site included, which is how long a change of the window takes to show in the samples."""
         queued, base = self.queueing(now)
         # A path with no delay at all (a simulated one; never a real one) reads as no queue: the window grows.
         delay = max(base + queued, 1e-9)
@@ -407,7 +412,7 @@ class DelayWindow(SendWindow):
             goal = self.window * (base + self.TARGET) / delay
             window = min(2 * self.window, (self.window + goal) / 2)
         self.window = int(max(self.min_window, min(self.max_window, window)))
-        self.round_end = now + max(delay, 0.001)
+        self.round_end = now + max(loop, 0.001)
 
     def congested(self, now: float, round_trip: float) -> bool:
         self.starting = False

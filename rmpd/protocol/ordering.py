@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterator
 from enum import Enum
 from itertools import islice
 
+from .fieldkinds import DataId
 from .ids import ProcessId, ViewId
 from .orderingq import OrderingQ, Slot, SlotKind, SlotState
 from .packets import Ack, Data, Fragment, Keyed, NewList, Packet, Relayed
@@ -43,8 +44,9 @@ class Ordering:
         self.stats = stats
         self.q = OrderingQ(start_ts)
         self.data: dict[Key, Data] = {}
-        self.unordered: dict[ProcessId, set[int]] = {}
-        """The DataList: sequence numbers held and not yet ordered, per source."""
+        self.unordered: dict[ProcessId, dict[int, float | None]] = {}
+        """The DataList: sequence numbers held and not yet ordered, per source, each with when it arrived (None:
+        unordered again by a reformation)."""
         self.ordered_upto: dict[ProcessId, int] = {}
         """Per source, the highest sequence number an ACK ordered."""
         self.deliver_ts = start_ts
@@ -88,7 +90,7 @@ class Ordering:
     # ------------------------------------------------------------------------------------------------------------
     # Holding and ordering
 
-    def hold(self, packet: Data) -> tuple[Held, int | None, bool]:
+    def hold(self, packet: Data, now: float) -> tuple[Held, int | None, bool]:
         """Keep a reliable data packet.  Returns what became of it, its timestamp if an ACK ordered it, and
         whether an earlier packet of its source is missing from the DataList (a gap to ask the source about)."""
         key = (packet.src, packet.seq)
@@ -108,7 +110,7 @@ class Ordering:
                 slot.state = SlotState.RECEIVED
         else:
             self.data[key] = packet
-            self.unordered.setdefault(packet.src, set()).add(packet.seq)
+            self.unordered.setdefault(packet.src, {})[packet.seq] = now
             if packet.seq - 1 > self.ordered_upto.get(packet.src, 0) and (packet.src, packet.seq - 1) not in self.data:
                 gap = True
         return Held.NEW, ts, gap
@@ -154,17 +156,30 @@ class Ordering:
                 self.ordered_upto[src] = seq
             pending = self.unordered.get(src)
             if pending is not None:
-                pending.discard(seq)
+                pending.pop(seq, None)
                 if not pending:
                     del self.unordered[src]
             if src == pid:
                 own_ordered(seq)
 
+    def waits(self, ids: list[DataId], now: float) -> tuple[tuple[ProcessId, int], ...]:
+        """For an ACK ordering ``ids``: per source, the microseconds its last packet there has waited here since it
+        arrived (``Ack.waits``; a source whose packet came back unordered from a reformation is left out)."""
+        last: dict[ProcessId, int] = {}
+        for src, seq, _ in ids:
+            last[src] = seq
+        waits = []
+        for src, seq in last.items():
+            arrived = self.unordered.get(src, {}).get(seq)
+            if arrived is not None:
+                waits.append((src, max(0, round((now - arrived) * 1e6))))
+        return tuple(waits)
+
     def holds_through(self, ts: int) -> bool:
         """The token's acceptance rule: no hole in the OrderingQ up to ``ts``."""
         return self.q.contig >= ts
 
-    def orderable(self, limit: int, view: View) -> list[tuple[ProcessId, int, object]]:
+    def orderable(self, limit: int, view: View) -> list[DataId]:
         """What a token site may order now: per source of ``view``, the run of held packets after the last one
         ordered.  Never a source outside the view: it may live on past a partition and order them itself."""
         ids: list = []
@@ -186,7 +201,7 @@ class Ordering:
         pending = self.unordered.get(member)
         if pending:
             for seq in [s for s in pending if s <= base]:
-                pending.discard(seq)
+                del pending[seq]
                 self.data.pop((member, seq), None)
             if not pending:
                 del self.unordered[member]
@@ -208,7 +223,7 @@ class Ordering:
             if slot.key is None:
                 continue
             src, seq = slot.key
-            self.unordered.setdefault(src, set()).add(seq)
+            self.unordered.setdefault(src, {})[seq] = None
             if self.ordered_upto.get(src, 0) >= seq:
                 self.ordered_upto[src] = seq - 1
             packet = self.data.get(slot.key)

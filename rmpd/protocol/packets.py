@@ -108,7 +108,9 @@ class Ack(Packet):
     """Orders ``ids`` at timestamps ts+1.. and passes the token to ``next_site``.
 
     ``quiet`` counts consecutive NULL ACKs ending with this one, so the ring can pass the token once round after
-    the last ordered packet and then stop.
+    the last ordered packet and then stop.  ``waits`` gives, per source, how many microseconds the last of its
+    packets here waited at the token site between arriving and this ACK: its sender subtracts it from the packet's
+    send-to-ordering delay, leaving the path's delay and its queues without the ring's turn and its repairs.
     """
 
     view: ViewId
@@ -117,8 +119,9 @@ class Ack(Packet):
     next_site: ProcessId
     quiet: int
     ids: tuple[DataId, ...]
+    waits: tuple[tuple[ProcessId, int], ...] = ()
     TYPE: ClassVar[PacketType] = PacketType.ACK
-    KINDS: ClassVar[tuple[str, ...]] = ("view", "pid", "uint", "pid", "uint", "ids")
+    KINDS: ClassVar[tuple[str, ...]] = ("view", "pid", "uint", "pid", "uint", "ids", "seqs")
 
     @property
     def last_ts(self) -> int:

@@ -44,7 +44,7 @@ class Receipt:
         if level == Level.UNRELIABLE:
             self.deliverer.deliver(packet, None, now, holders=1)
             return
-        held, ts, gap = self.ordering.hold(packet)
+        held, ts, gap = self.ordering.hold(packet, now)
         if held is Held.DUPLICATE:
             self.stats["duplicates"] += 1
             if packet.src != self.pid and packet.seq <= self.ordering.ordered_upto.get(packet.src, 0):

@@ -47,7 +47,8 @@ class Rotation:
         if not self._place(ack, SlotKind.ACK, now):
             return
         site = ack.src if ack.src != self.pid else None
-        self.ordering.order(ack, self.pid, lambda seq: self._own_ordered(seq, now, site))
+        waited = self._waited(ack) if site is not None else None
+        self.ordering.order(ack, self.pid, lambda seq: self._own_ordered(seq, now, site, waited))
         self._token_moved(ack.src, ack.ts, ack.last_ts, ack.next_site, ack.quiet, now)
 
     def _place(self, packet: Ack | NewList, kind: SlotKind, now: float) -> bool:
@@ -70,8 +71,19 @@ class Rotation:
             return False
         return True
 
-    def _own_ordered(self, seq: int, now: float, site: ProcessId | None) -> None:
-        if self.sender.ordered(seq, now, site):
+    def _waited(self, ack: Ack) -> tuple[int, float] | None:
+        """(our sequence number, seconds it waited at the token site) from ``ack.waits``: the last of our packets
+        the ACK orders, None when it orders none or does not say."""
+        for src, micros in ack.waits:
+            if src == self.pid:
+                for id_src, seq, _ in reversed(ack.ids):
+                    if id_src == src:
+                        return seq, micros / 1e6
+        return None
+
+    def _own_ordered(self, seq: int, now: float, site: ProcessId | None,
+                     waited: tuple[int, float] | None) -> None:
+        if self.sender.ordered(seq, now, site, waited[1] if waited is not None and waited[0] == seq else None):
             self.sender.fill_window(self.views.current.view_id, now)
             self.after_own_ordered(now)
 
@@ -197,7 +209,8 @@ class Rotation:
 
     def send_ack(self, ids: tuple[DataId, ...], quiet: int, now: float) -> None:
         view = self.views.current
-        ack = Ack(view.view_id, self.pid, self.ordering.q.high + 1, view.next_after(self.pid), quiet, ids)
+        waits = self.ordering.waits(ids, now) if ids else ()
+        ack = Ack(view.view_id, self.pid, self.ordering.q.high + 1, view.next_after(self.pid), quiet, ids, waits)
         self.token.give_up()
         self.stats["acks_sent" if ids else "null_acks_sent"] += 1
         data = self.outbox.multicast(ack, now)

@@ -231,7 +231,7 @@ class Sender:
         for size, sent_at in self.passing:
             sample: DelaySample | None = None
             if sent_at is not None:
-                sample = (site, now - sent_at)
+                sample = (site, now - sent_at, 0.0)
                 self.data_rtt.sample(now - sent_at)
             self.window.ordered(size, now, sample)
         self.passing.clear()
@@ -240,11 +240,12 @@ class Sender:
         if self.pid in view:
             self.fill_window(view.view_id, now)
 
-    def ordered(self, seq: int, now: float, site: ProcessId | None) -> bool:
+    def ordered(self, seq: int, now: float, site: ProcessId | None, waited: float | None = None) -> bool:
         """An ACK ordered our packet ``seq``; True when it was outstanding.
 
         ``site``: the member whose ACK ordered it, None when it was this one.  Ordered by another site, send-to-
-        ordering is a round trip of the ring to that site, a sample of the data timer and of the congestion
+        ordering is a round trip of the ring to that site, a sample of the data timer and, less ``waited`` (the
+        seconds the packet waited at that site, ``Ack.waits``, given for one packet per ACK), of the congestion
         control's delay.  Packets we order ourselves as token site take no time at all; counted, they would pull
         the data timer to its floor while the token takes several ms to come round under load.  Where the window
         ``counts_until_passed`` they are timed to the next ACK instead (``ring_moved``)."""
@@ -257,7 +258,8 @@ class Sender:
             self.passing.append((packet.size, sent_at))
         else:
             if sent_at is not None and site is not None:
-                sample = (site, now - sent_at)
+                if waited is not None:
+                    sample = (site, now - sent_at, waited)
                 self.data_rtt.sample(now - sent_at)
             self.window.ordered(packet.size, now, sample)
         if self.outstanding:

@@ -14,7 +14,7 @@ from rmpd.protocol.config import EngineConfig
 from rmpd.protocol.events import Delivered, messages_of
 from rmpd.protocol.flow import DelayWindow, RttEstimator, SendWindow, UnansweredDelay, make_congestion_control
 from rmpd.protocol.limits import MessageTooLarge
-from rmpd.protocol.packets import Data, Fragment, Nack
+from rmpd.protocol.packets import Ack, Data, Fragment, Nack
 from rmpd.protocol.qos import QoS
 
 from .harness import Ring
@@ -298,7 +298,7 @@ def run_link(w: DelayWindow, *, rate: float, base: float, rounds: int, sites: tu
             worst = max(worst, queued)
             for _ in range(4):
                 w.sent(1400)
-                w.ordered(1400, now, (site, base + queued))
+                w.ordered(1400, now, (site, base + queued, 0.0))
         queueing.append(worst)
         now += base + worst
     return queueing
@@ -347,7 +347,7 @@ def run_waits(w: DelayWindow, *, base: float, wait: float, rounds: int, quiet: i
         delay = base + (0.0 if r < quiet else wait)
         for _ in range(max(1, w.window // 1400)):
             w.sent(1400)
-            w.ordered(1400, now, ("b", delay))
+            w.ordered(1400, now, ("b", delay, 0.0))
         now += delay
         windows.append(w.window)
     return windows
@@ -397,10 +397,65 @@ def test_delay_window_reads_loss_with_the_queue() -> None:
     queued = delay_window()
     run_link(queued, rate=1e9, base=0.002, rounds=20)
     for _ in range(4):
-        queued.ordered(0, 1.0, ("b", 0.050))  # 48 ms of queue
+        queued.ordered(0, 1.0, ("b", 0.050, 0.0))  # 48 ms of queue
     before = queued.window
     assert queued.nack_named(1, 1.0, 0.01)
     assert queued.window == before // 2
+
+
+def test_time_a_packet_waited_at_the_token_site_is_not_read_as_a_queue() -> None:
+    """Under loss a packet waits at its token site for the token and for the repairs the site's acceptance needs,
+    often longer than any queue; the site's ACK says how long (``Ack.waits``), and the window reads the path's
+    delay without it, so it settles where the same link without those waits puts it."""
+    rate, base = 1_250_000.0, 0.002
+    rng = random.Random(5)
+
+    def run(subtract: bool) -> int:
+        w = delay_window(initial=2800)
+        now = 0.0
+        for _ in range(300):
+            queued = max(0.0, w.window - rate * base) / rate
+            for _ in range(4):
+                waited = rng.uniform(0.0, 0.040)
+                w.sent(1400)
+                w.ordered(1400, now, ("b", base + queued + waited, waited if subtract else 0.0))
+            now += base + queued + 0.02
+        return w.window
+
+    clean = delay_window(initial=2800)
+    run_link(clean, rate=rate, base=base, rounds=300)
+    assert run(subtract=True) == pytest.approx(clean.window, rel=0.2)
+    assert run(subtract=False) < clean.window / 2  # read as a queue, the waits shrink it
+
+
+def test_an_ack_says_how_long_what_it_orders_waited_at_its_site() -> None:
+    """A packet that reached the next token site before the pass did waits there until the pass comes; that site's
+    ACK gives the wait (``Ack.waits``), and the packet's sender takes send-to-ordering less the wait as its delay
+    sample from that site: the path's delay, not that plus the time the pass took to be resent."""
+    ring = Ring(3, EngineConfig(congestion="delay", min_packet=1400, max_packet=16000, journal=True))
+    site, sender_pid = ring.pids[1], ring.pids[2]
+    first_pass = []
+
+    def lose_first_pass(src: str, dst: str, packet: object) -> bool:
+        if isinstance(packet, Ack) and src == ring.pids[0] and dst == site and not first_pass:
+            first_pass.append(packet)
+            return True
+        return False
+
+    ring.drop = lose_first_pass
+    ring.send(0, b"q")  # the founder orders its own packet and passes the token to the site: that pass is lost
+    ring.send(2, b"p")
+    assert ring.advance_until(lambda: ring.delivered(2) == [b"q", b"p"], limit=2.0) is not None
+    acks = [(t, packet) for (src, dst, packet), t in zip(ring.log, ring.log_times, strict=True)
+            if src == site and dst == sender_pid and isinstance(packet, Ack) and packet.ids]
+    sent_at, ack = acks[0]
+    assert [seq for src, seq, _ in ack.ids if src == sender_pid] == [1]
+    arrived = next(t for (src, dst, packet), t in zip(ring.log, ring.log_times, strict=True)
+                   if src == sender_pid and dst == site and isinstance(packet, Data))
+    assert dict(ack.waits)[sender_pid] == pytest.approx((sent_at - arrived) * 1e6, abs=1)
+    assert sent_at - arrived >= 0.003  # the pass was resent: p waited for it
+    window = ring[2].sender.window
+    assert isinstance(window, DelayWindow) and window.sites[site].current == pytest.approx(arrived)
 
 
 def test_own_packets_ordered_as_token_site_count_until_the_next_site_has_the_pass() -> None:

@@ -376,6 +376,8 @@ class DelayWindow(SendWindow):
         if sample is None:
             return
         site, delay, waited = sample
+        if waited > delay:  # longer than the whole delay: not a measurement (a site's report is remote input)
+            return
         record = self.sites.get(site)
         if record is None:
             record = self.sites[site] = SiteDelay(now)

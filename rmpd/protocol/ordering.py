@@ -162,7 +162,7 @@ class Ordering:
             if src == pid:
                 own_ordered(seq)
 
-    def waits(self, ids: list[DataId], now: float) -> tuple[tuple[ProcessId, int], ...]:
+    def waits(self, ids: tuple[DataId, ...], now: float) -> tuple[tuple[ProcessId, int], ...]:
         """For an ACK ordering ``ids``: per source, the microseconds its last packet there has waited here since it
         arrived (``Ack.waits``; a source whose packet came back unordered from a reformation is left out)."""
         last: dict[ProcessId, int] = {}

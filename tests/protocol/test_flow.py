@@ -426,6 +426,9 @@ def test_time_a_packet_waited_at_the_token_site_is_not_read_as_a_queue() -> None
     run_link(clean, rate=rate, base=base, rounds=300)
     assert run(subtract=True) == pytest.approx(clean.window, rel=0.2)
     assert run(subtract=False) < clean.window / 2  # read as a queue, the waits shrink it
+    reported = delay_window()
+    reported.ordered(1400, 0.0, ("b", 0.010, 5.0))  # a wait longer than the whole delay is no sample
+    assert "b" not in reported.sites
 
 
 def test_an_ack_says_how_long_what_it_orders_waited_at_its_site() -> None:

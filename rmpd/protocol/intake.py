@@ -229,6 +229,6 @@ class PacketIntake:
     def _on_nack(self, nack: Nack, now: float) -> None:
         self.sender.nacked(self.repair.own_named(nack), now)
         pass_arrived = self.token.heard_of(nack, now)
-        self.repair.answer(nack, now)
+        self.repair.answer(nack, now, frozen=self.frozen)
         if pass_arrived:  # after the answer, so a repair the ring waits for is not queued behind new data
             self.sender.pass_arrived(now)

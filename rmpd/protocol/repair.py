@@ -20,6 +20,7 @@ from .orderingq import SlotKind, SlotState
 from .packets import Nack, NewList, Packet
 from .timers import Deadline
 from .token import Token
+from .view import View
 
 STALL_NACKS = 3
 """Tail NACKs left unanswered before a stall is taken for a failure (docs/protocol.md, "Tail NACKs")."""
@@ -319,9 +320,17 @@ class Repair:
     # ------------------------------------------------------------------------------------------------------------
     # Answering
 
-    def answer(self, nack: Nack, now: float) -> None:
+    def answer(self, nack: Nack, now: float, *, frozen: bool = False) -> None:
         """Resend what a NACK asks for.  A NACK naming this process is answered by multicast (others likely lack the
-        same packets); a tail NACK, or one naming no one (which every holder answers), only to the requester."""
+        same packets); a tail NACK, or one naming no one, only to the requester.
+
+        A NACK naming no one is answered, for each packet, by the member that sent it (the data's source, the
+        ACK's or New List's sender) while that member is in our view, and by every other holder only when it is
+        not.  Such a NACK follows ``nack_rotate`` unanswered ones, which under a queue on the requester's own link
+        means answers still on their way more often than answers lost; a copy from every holder into that same
+        queue made it longer with each retry.  The sender of a packet is the one holder sure to have it, and
+        one that failed leaves the view, after which everyone answers.  While frozen (a reformation, whose
+        catch-up NACKs name no one and may ask for a failed member's packets) every holder answers, as before."""
         if nack.target is not None and nack.target != self.pid:
             return
         self.stats["nacks_answered"] += 1
@@ -357,7 +366,12 @@ class Repair:
         window = max(self.nack_rtt.rto / 2, self.own_path.srtt or 0.0)
         if len(recent) > 4 * limit:
             self.multicast_resends = recent = {k: t for k, t in recent.items() if now - t < window}
+        untargeted = nack.target is None and not nack.tail and not frozen
+        view = self.views.current
         for key, packet in found:
+            if untargeted and _left_to_sender(packet, self.pid, nack.src, view):
+                self.stats["nack_resends_left_to_sender"] += 1
+                continue
             if now - recent.get(key, -window) < window:
                 self.stats["nack_resends_suppressed"] += 1
             elif privately:
@@ -374,6 +388,13 @@ class Repair:
             if slot is not None and slot.key is not None and slot.key[0] == self.pid:
                 own.append(slot.key[1])
         return own
+
+
+def _left_to_sender(packet: Packet, pid: ProcessId, requester: ProcessId, view: View) -> bool:
+    """Whether an answer to a NACK naming no one is left to the member that sent ``packet`` (``Repair.answer``):
+    it is another member of our view than this one and the requester."""
+    src = packet.src
+    return src != pid and src != requester and src in view
 
 
 def held_by(nack: Nack, key: tuple[ProcessId, int]) -> bool:

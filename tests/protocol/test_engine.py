@@ -391,13 +391,13 @@ def test_one_multicast_answers_several_nacks_for_the_same_hole() -> None:
 
 
 def test_a_private_answer_adds_no_copy_of_a_packet_multicast_within_the_window() -> None:
-    """C NACKs B's packet at A, which multicasts it; a NACK answered privately (a tail NACK, or one naming no one)
+    """C NACKs A's packet at A, which multicasts it; a NACK answered privately (a tail NACK, or one naming no one)
     then adds no unicast copy of it within the window, the multicast copy being on its way to every member."""
     ring = Ring(4)
-    a, b, c, d = ring.pids
-    ring.send(1, b"x")
+    a, _, c, d = ring.pids
+    ring.send(0, b"x")
     ring.flush()
-    ts = next(ts for ts, slot in ring[0].ordering.q.slots.items() if slot.key == (b, 1))
+    ts = next(ts for ts, slot in ring[0].ordering.q.slots.items() if slot.key == (a, 1))
     holder = ring[0]
     view = ring.view.view_id
 
@@ -413,6 +413,29 @@ def test_a_private_answer_adds_no_copy_of_a_packet_multicast_within_the_window()
     assert holder.stats["nack_resends_suppressed"] == 2
     ring.now += holder.config.nack_timeout
     assert answer(Nack(view, d, None, ts - 1, ts, False, (ts,), ())) == [(d, packet)], "asked again, past it"
+
+
+def test_a_nack_naming_no_one_is_answered_by_the_packets_sender_alone() -> None:
+    """D's NACK naming no one asks for B's packet: A holds it too but leaves the answer to B, whose one private
+    copy is all D gets (a copy from every holder would each queue on D's link); during a reformation every holder
+    answers, since the sender may be the member that failed."""
+    ring = Ring(4)
+    _, b, _, d = ring.pids
+    ring.send(1, b"x")
+    ring.flush()
+    ts = next(ts for ts, slot in ring[0].ordering.q.slots.items() if slot.key == (b, 1))
+    nack = Nack(ring.view.view_id, d, None, ts - 1, ts, False, (ts,), ())
+
+    def answers(i: int) -> list[tuple[str | None, bytes]]:
+        ring[i].receive_datagram(encode(nack), d, ring.now)
+        return [(tx.dest, tx.data) for tx in ring[i].take_outputs().datagrams]
+
+    assert answers(0) == [] and answers(2) == []
+    assert ring[0].stats["nack_resends_left_to_sender"] == 1
+    from_sender = answers(1)
+    assert [dest for dest, _ in from_sender] == [d]
+    ring[0].repair.answer(nack, ring.now, frozen=True)
+    assert [(tx.dest, tx.data) for tx in ring[0].take_outputs().datagrams] == from_sender
 
 
 def test_a_packet_is_not_multicast_again_while_our_last_copy_may_still_wait_in_our_link() -> None:

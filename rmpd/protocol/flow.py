@@ -325,7 +325,8 @@ class DelayWindow(SendWindow):
     eighth, never below two of the largest packets.  A retransmission timeout halves it either way.  Packets
     shrink with the window (figure 4.2), down to ``min_packet``, the path's MTU where the runtime knows it."""
 
-    __slots__ = ("ordered_bytes", "round_end", "sites", "starting", "unanswered")
+    __slots__ = ("ordered_bytes", "quiet_window", "repair_window", "repairing_until", "round_end", "sites",
+                 "starting", "unanswered")
 
     counts_until_passed = True
 
@@ -357,11 +358,19 @@ class DelayWindow(SendWindow):
     is 13 ms of a 10 Mb/s link and 1.3 ms of a 100 Mb/s one: a link much slower than 10 Mb/s would queue more
     than TARGET behind it, and wants ``min_window`` lower."""
 
+    REPAIR_SPAN = 1.0
+    """Seconds after a NACK last named a new packet of ours that the window keeps ``repair_window`` as its floor."""
+
     def __init__(self, *, min_packet: int, max_packet: int, initial: int, max_window: int,
-                 min_window: int = 0) -> None:
+                 min_window: int = 0, repair_window: int = 0) -> None:
+        """``repair_window``: the floor while NACKs name our packets (at least ``min_window``)."""
         super().__init__(min_packet=min_packet, max_packet=max_packet, initial=initial, max_window=max_window,
                          min_window=min_window)
         self.window = self.min_window
+        self.quiet_window = self.min_window
+        """The floor where nothing of ours is lost (``min_window`` moves between it and ``repair_window``)."""
+        self.repair_window = max(repair_window, self.min_window)
+        self.repairing_until = -math.inf
         self.ordered_bytes = 0
         self.unanswered = UnansweredDelay()
         self.sites: dict[str, SiteDelay] = {}
@@ -401,6 +410,8 @@ class DelayWindow(SendWindow):
     def _update(self, now: float, loop: float) -> None:
         """Move the window once a round; ``loop``: the whole send-to-ordering time of the sample that prompted it,
         waits at the site included, which is how long a change of the window takes to show in the samples."""
+        if now >= self.repairing_until:
+            self.min_window = self.quiet_window
         queued, base = self.queueing(now)
         # A path with no delay at all (a simulated one; never a real one) reads as no queue: the window grows.
         delay = max(base + queued, 1e-9)
@@ -419,6 +430,20 @@ class DelayWindow(SendWindow):
     def congested(self, now: float, round_trip: float) -> bool:
         self.starting = False
         return super().congested(now, round_trip)
+
+    def nack_named(self, seq: int, now: float, round_trip: float) -> bool:
+        """A NACK for a packet of ours: some pass of the ring now waits for its repair, and the window holds at
+        least ``repair_window`` for ``REPAIR_SPAN`` (two of the largest packets by default, the paper's floor, for
+        its reason: the ring has packets to order while one is repaired).  Under random loss every pass waits for
+        a repair at some site; a window at the quiet floor then bought one repair round trip per two packets, and
+        the delay readings that held it there (packets ordered late behind a repair, each window's own burst in
+        the queue) do not fall when the window does.  Where nothing is lost the quiet floor keeps the queue that a
+        light message waits behind short."""
+        if seq not in self.nacked:
+            self.repairing_until = now + self.REPAIR_SPAN
+            self.min_window = self.repair_window
+            self.window = max(self.window, self.min_window)
+        return super().nack_named(seq, now, round_trip)
 
     def nack_loss(self, now: float, round_trip: float) -> bool:
         self.starting = False
@@ -448,6 +473,8 @@ def make_congestion_control(config: EngineConfig) -> CongestionControl:
     # leave one packet per token pass under random loss; ``DelayWindow.FLOOR`` (at most two of the largest) for
     # the delay-driven one.
     floor = min(DelayWindow.FLOOR, 2 * config.max_packet) if factory is DelayWindow else 2 * config.max_packet
+    # The delay-driven window's floor while NACKs name our packets: two of the largest packets, as the others'.
+    repair = {"repair_window": config.min_window or 2 * config.max_packet} if factory is DelayWindow else {}
     return factory(min_packet=config.min_packet, max_packet=config.max_packet,
                    min_window=config.min_window or floor, initial=config.initial_window,
-                   max_window=config.max_window)
+                   max_window=config.max_window, **repair)

@@ -403,6 +403,40 @@ def test_delay_window_reads_loss_with_the_queue() -> None:
     assert queued.window == before // 2
 
 
+def rounds_on_a_link(w: DelayWindow, *, start: float, rounds: int, rate: float = 1_250_000.0,
+                     base: float = 0.002) -> list[tuple[float, int]]:
+    """``run_link`` from ``start`` for one site: (the time, the window) after each round."""
+    now, after = start, []
+    for _ in range(rounds):
+        queued = max(0.0, w.window - rate * base) / rate
+        for _ in range(4):
+            w.sent(1400)
+            w.ordered(1400, now, ("b", base + queued, 0.0))
+        now += base + queued
+        after.append((now, w.window))
+    return after
+
+
+def test_while_nacks_name_our_packets_the_window_keeps_two_of_the_largest() -> None:
+    """A 2 Mb/s link holds the window below two of the largest packets; a NACK for our packet lifts its floor to
+    ``repair_window`` for ``REPAIR_SPAN`` (the ring waits for repairs, and a larger window keeps packets to order
+    meanwhile), after which the queue takes it back down to the quiet floor's side.  By default the repair floor
+    is two of the largest packets, and a ``min_window`` set in the config is both floors."""
+    w = delay_window(min_window=16000, repair_window=32000)
+    now, window = rounds_on_a_link(w, start=0.0, rounds=200, rate=250_000.0)[-1]
+    assert 16000 <= window < 32000
+    w.nack_named(1, now, 0.01)
+    assert w.window >= 32000 == w.min_window
+    after = rounds_on_a_link(w, start=now, rounds=400, rate=250_000.0)
+    assert min(x for t, x in after if t < now + DelayWindow.REPAIR_SPAN) >= 32000
+    assert after[-1][1] < 32000 and w.min_window == 16000
+    default = make_congestion_control(EngineConfig(congestion="delay"))
+    assert isinstance(default, DelayWindow)
+    assert (default.min_window, default.repair_window) == (DelayWindow.FLOOR, 2 * default.max_packet)
+    configured = make_congestion_control(EngineConfig(congestion="delay", min_window=20000))
+    assert isinstance(configured, DelayWindow) and configured.repair_window == configured.min_window == 20000
+
+
 def test_time_a_packet_waited_at_the_token_site_is_not_read_as_a_queue() -> None:
     """Under loss a packet waits at its token site for the token and for the repairs the site's acceptance needs,
     often longer than any queue; the site's ACK says how long (``Ack.waits``), and the window reads the path's

@@ -322,8 +322,9 @@ class DelayWindow(SendWindow):
 
     Loss is read with the queue (as TCP Veno does): a NACK for our packet while TARGET / 2 or more queues is
     congestion and halves the window; a NACK with less is random loss, which the repair answers, and takes an
-    eighth, never below two of the largest packets.  A retransmission timeout halves it either way.  Packets
-    shrink with the window (figure 4.2), down to ``min_packet``, the path's MTU where the runtime knows it."""
+    eighth, never below two of the largest packets.  A retransmission timeout halves it either way.  While NACKs
+    name our packets its floor is ``repair_window`` (``nack_named``), otherwise ``quiet_window``.  Packets shrink
+    with the window (figure 4.2), down to ``min_packet``, the path's MTU where the runtime knows it."""
 
     __slots__ = ("ordered_bytes", "quiet_window", "repair_window", "repairing_until", "round_end", "sites",
                  "starting", "unanswered")
@@ -350,7 +351,8 @@ class DelayWindow(SendWindow):
     RANDOM_LOSS_CUT = 8
     """A loss with no queue takes this fraction (1/n) off the window."""
     FLOOR = 16384
-    """Bytes the window never goes below (``min_window`` unless set), and so packets never below half of it.
+    """Bytes the window never goes below where nothing of ours is lost (``min_window`` unless set), and so packets
+    never below half of it.
     Delay that is no queue of ours (a busy CPU, a ring stalled for repairs) can hold the window at its floor,
     and there every message costs its packet's fixed CPU: with a floor of two MTU-sized packets, packets of one
     message each kept the cores busy enough that their waits read as a queue, and the window stayed there (a

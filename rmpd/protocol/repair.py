@@ -325,12 +325,14 @@ class Repair:
         same packets); a tail NACK, or one naming no one, only to the requester.
 
         A NACK naming no one is answered, for each packet, by the member that sent it (the data's source, the
-        ACK's or New List's sender) while that member is in our view, and by every other holder only when it is
-        not.  Such a NACK follows ``nack_rotate`` unanswered ones, which under a queue on the requester's own link
-        means answers still on their way more often than answers lost; a copy from every holder into that same
-        queue made it longer with each retry.  The sender of a packet is the one holder sure to have it, and
-        one that failed leaves the view, after which everyone answers.  While frozen (a reformation, whose
-        catch-up NACKs name no one and may ask for a failed member's packets) every holder answers, as before."""
+        ACK's or New List's sender) and by the first member after the requester in ring order other than that
+        sender, while the sender is in our view; by every holder when it is not.  Such a NACK follows
+        ``nack_rotate`` unanswered ones, which under a queue on the requester's own link means answers still on
+        their way more often than answers lost, and a copy from every holder into that same queue made it longer
+        with each retry; with one answerer, a lost datagram under random loss cost a doubled wait.  The sender
+        of a packet is the one holder sure to have it, and one that failed leaves the view, after which everyone
+        answers.  While frozen (a reformation, whose catch-up NACKs name no one and may ask for a failed member's
+        packets) every holder answers."""
         if nack.target is not None and nack.target != self.pid:
             return
         self.stats["nacks_answered"] += 1
@@ -369,8 +371,8 @@ class Repair:
         untargeted = nack.target is None and not nack.tail and not frozen
         view = self.views.current
         for key, packet in found:
-            if untargeted and _left_to_sender(packet, self.pid, nack.src, view):
-                self.stats["nack_resends_left_to_sender"] += 1
+            if untargeted and _left_to_others(packet, self.pid, nack.src, view):
+                self.stats["nack_resends_left_to_others"] += 1
                 continue
             if now - recent.get(key, -window) < window:
                 self.stats["nack_resends_suppressed"] += 1
@@ -390,11 +392,18 @@ class Repair:
         return own
 
 
-def _left_to_sender(packet: Packet, pid: ProcessId, requester: ProcessId, view: View) -> bool:
-    """Whether an answer to a NACK naming no one is left to the member that sent ``packet`` (``Repair.answer``):
-    it is another member of our view than this one and the requester."""
+def _left_to_others(packet: Packet, pid: ProcessId, requester: ProcessId, view: View) -> bool:
+    """Whether an answer to a NACK naming no one is left to others (``Repair.answer``): the member that sent
+    ``packet`` is another member of our view than this one and the requester, and this one is not the second
+    answerer, the first member after the requester in ring order other than that sender."""
     src = packet.src
-    return src != pid and src != requester and src in view
+    if src in (pid, requester) or src not in view or requester not in view:
+        return False
+    for step in range(1, view.size):
+        second = view.next_after(requester, step)
+        if second != src:
+            return second != pid
+    return True
 
 
 def held_by(nack: Nack, key: tuple[ProcessId, int]) -> bool:

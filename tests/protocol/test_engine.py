@@ -415,25 +415,26 @@ def test_a_private_answer_adds_no_copy_of_a_packet_multicast_within_the_window()
     assert answer(Nack(view, d, None, ts - 1, ts, False, (ts,), ())) == [(d, packet)], "asked again, past it"
 
 
-def test_a_nack_naming_no_one_is_answered_by_the_packets_sender_alone() -> None:
-    """D's NACK naming no one asks for B's packet: A holds it too but leaves the answer to B, whose one private
-    copy is all D gets (a copy from every holder would each queue on D's link); during a reformation every holder
-    answers, since the sender may be the member that failed."""
+def test_a_nack_naming_no_one_is_answered_by_the_packets_sender_and_one_other_holder() -> None:
+    """C's NACK naming no one asks for B's packet: B, its sender, and D, the first member after C other than B,
+    answer privately; A holds it too but leaves it to them (a copy from every holder would each queue on C's
+    link).  During a reformation every holder answers, since the sender may be the member that failed."""
     ring = Ring(4)
-    _, b, _, d = ring.pids
+    _, b, c, _ = ring.pids
     ring.send(1, b"x")
     ring.flush()
     ts = next(ts for ts, slot in ring[0].ordering.q.slots.items() if slot.key == (b, 1))
-    nack = Nack(ring.view.view_id, d, None, ts - 1, ts, False, (ts,), ())
+    nack = Nack(ring.view.view_id, c, None, ts - 1, ts, False, (ts,), ())
 
     def answers(i: int) -> list[tuple[str | None, bytes]]:
-        ring[i].receive_datagram(encode(nack), d, ring.now)
+        ring[i].receive_datagram(encode(nack), c, ring.now)
         return [(tx.dest, tx.data) for tx in ring[i].take_outputs().datagrams]
 
-    assert answers(0) == [] and answers(2) == []
-    assert ring[0].stats["nack_resends_left_to_sender"] == 1
+    assert answers(0) == []
+    assert ring[0].stats["nack_resends_left_to_others"] == 1
     from_sender = answers(1)
-    assert [dest for dest, _ in from_sender] == [d]
+    assert [dest for dest, _ in from_sender] == [c]
+    assert answers(3) == from_sender
     ring[0].repair.answer(nack, ring.now, frozen=True)
     assert [(tx.dest, tx.data) for tx in ring[0].take_outputs().datagrams] == from_sender
 

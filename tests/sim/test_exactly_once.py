@@ -66,10 +66,10 @@ def test_a_process_that_kept_a_table_brings_it_into_the_group_it_joins() -> None
 def test_keys_an_application_gave_up_by_leaving_are_not_required_delivered() -> None:
     """An application that leaves the group stops resending what was not settled: those keys may be delivered
     nowhere (or, ordered before it left, somewhere), every other key is delivered, and the run still holds
-    exactly-once (this seed's leaver left with four keys unsettled, one of which was delivered)."""
+    exactly-once (this seed's leaver left with eighteen keys unsettled, none of which was delivered)."""
     config = SimConfig(members=7, senders=4, messages=200, loss=0.1, crash=2, partition=True, joins=2, leaves=1,
                        locks=True, calls=5, qos="mixed", keys=True, congestion="delay")
-    r = run_seed(config, 38)
+    r = run_seed(config, 34)
     assert r.keys_abandoned > 0 and r.keys_sent - r.keys_abandoned <= r.keys_delivered <= r.keys_sent
     assert r.violations == [] and r.liveness and r.quiescent
 

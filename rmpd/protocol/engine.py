@@ -155,7 +155,7 @@ class GroupEngine(PacketIntake, MembershipEnding, ReformationSide):
         timers.add("null_ack", token.null, self._null_due, frozen_stops=True, departed_stops=True)
         timers.add("gap", repair.gap, repair.ask_sources, departed_stops=True)
         timers.add("nack", repair.nack, lambda now: repair.nack_due(now, self.frozen), departed_stops=True)
-        timers.add("hint", repair.hint, lambda now: repair.hint_due(now, self.frozen), frozen_stops=True,
+        timers.add("hint", repair.hint, lambda now: repair.hint_due(now, self.hints_held), frozen_stops=True,
                    departed_stops=True)
         timers.add("stall", repair.stall, repair.stall_due, frozen_stops=True, departed_stops=True)
         timers.add("request", self.changes.timer, self._request_due, frozen_stops=True, departed_stops=True)
@@ -198,6 +198,14 @@ class GroupEngine(PacketIntake, MembershipEnding, ReformationSide):
     def frozen(self) -> bool:
         """A reformation runs (or waits to restart): the token stands still."""
         return self.reformation.frozen
+
+    @property
+    def hints_held(self) -> bool:
+        """A reformation runs and this member is not waiting for its commit: a packet of a view it does not know is
+        no reason to ask (``Repair.unknown_view``).  One that acknowledged the New List and then hears a view it
+        does not know asks that packet's sender what follows: the new view's first packets may all have been lost
+        to it, and every later packet is of a view it cannot know before it has committed."""
+        return self.frozen and not self.reformation.awaiting_commit
 
     def status(self) -> GroupStatus:
         """A snapshot of this membership for the process's callers (``RmpProcess.status``)."""

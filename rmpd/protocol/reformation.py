@@ -154,6 +154,12 @@ class Reformation:
         return self.participation is not None or self.initiation is not None or self.restart_deadline is not None
 
     @property
+    def awaiting_commit(self) -> bool:
+        """This member acknowledged a reformation's New List and waits for a packet of the new view to show that the
+        initiator committed it (``committed_by``)."""
+        return self.participation is not None and self.participation.new_list is not None
+
+    @property
     def deadline(self) -> float | None:
         if self.participation is None and self.initiation is None:
             return self.restart_deadline  # the common case: no reformation under way

@@ -221,15 +221,16 @@ class Repair:
         self.stats["tail_nacks_sent" if tail else "nacks_sent"] += 1
         self.outbox.multicast(nack, now)
 
-    def unknown_view(self, src: ProcessId, now: float, frozen: bool) -> None:
-        """A member speaks in a view we have not seen: we missed a New List.  Ask that member for what follows.
+    def unknown_view(self, src: ProcessId, now: float, held: bool) -> None:
+        """A member speaks in a view we have not seen: we missed a New List.  Ask that member for what follows,
+        unless hints are ``held`` (a reformation runs: ``GroupEngine.hints_held``).
 
         The ring waits for us (the token site retransmits its pass in the new view), so ask soon, after
         ``nack_delay`` in case the New List is merely behind the packet, and again at doubling gaps while the hints
         go on, rather than waiting for the stall timer.  These requests do not count towards suspecting a
         failure: the witness is evidently alive."""
         self.stats["unknown_view_hints"] += 1
-        if frozen:
+        if held:
             return
         self.hint_target = src
         if self.hint.deadline is None and now >= self.hint_quiet_until:
@@ -287,9 +288,9 @@ class Repair:
             self.suspect(now, "nack")
         self.send_nack(now, tail=False)
 
-    def hint_due(self, now: float, frozen: bool) -> None:
+    def hint_due(self, now: float, held: bool) -> None:
         self.hint.stop()
-        if self.hint_target is not None and not frozen:
+        if self.hint_target is not None and not held:
             self.stats["hint_nacks_sent"] += 1
             self.emit(now, self.hint_target, tail=True, missing=self.ordering.q.missing(NACK_LIST))
             self.hint_quiet_until = now + self.hint_gap

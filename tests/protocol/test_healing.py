@@ -222,6 +222,27 @@ def test_during_a_reformation_only_data_its_sync_point_names_is_taken_from_a_vie
     assert (a, next_of_a + 5) not in engine.ordering.data
 
 
+def test_data_an_ack_we_hold_orders_is_taken_whoever_made_the_view_it_is_stamped_with() -> None:
+    """A packet keeps the view it was first sent in through every resend, and a reformation may order it again
+    views later, when the process that made that view has failed and members have joined that never knew it.  The
+    ACK that orders (source, sequence number) vouches for the packet: a member that held back such a packet for its
+    unknown view's creator never got it, and no reformation could reach a sync point past it."""
+    ring = Ring(3)
+    a, _, c = ring.pids
+    engine = ring.engines[c]
+    ring.drop = lambda src, dst, packet: dst == c and isinstance(packet, Data)  # c hears the ACKs only
+    seq = ring.send(0, b"kept")
+    assert seq is not None
+    key = (a, seq)
+    assert ring.advance_until(lambda: engine.ordering.q.ts_of(key) is not None, 5.0) is not None
+    assert key not in engine.ordering.data
+    before = engine.stats["data_of_earlier_view"]
+    gone = ViewId("10.0.0.9:7000", 5)  # made by a process c never knew, a member before c joined
+    ring.do(2, lambda e, now: e.receive_packet(Data(gone, a, seq, QoS.TOTAL, None, b"kept"), now))
+    assert engine.stats["data_of_earlier_view"] == before + 1
+    assert ring.advance_until(lambda: b"kept" in ring.delivered(2), 5.0) is not None
+
+
 def test_a_view_never_orders_unordered_data_of_a_source_it_left_out() -> None:
     """A member cut off by a partition orders its own unordered messages again on its side.  The other side had
     taken the same packets (its resends, in the view both shared) while reforming; had its new view, which lacks
@@ -245,3 +266,38 @@ def test_a_view_never_orders_unordered_data_of_a_source_it_left_out() -> None:
                                                                                             b"cut-2"]
     for i in (0, 1):
         assert not [d for d in ring.deliveries(i) if d.payload.startswith(b"cut")], "ordered on both sides"
+
+
+
+def test_a_member_that_missed_every_packet_of_a_reformed_view_asks_and_commits_it() -> None:
+    """A member that acknowledged a reformation's New List learns of the commit from a packet of the new view.
+    When the new view lasted only until a change already waiting made the next one, and every packet of it was
+    lost to this member, all it hears is a view it cannot know yet: it asks that packet's sender what follows, as
+    outside a reformation, instead of waiting until it gives the reformation up and starts one of its own in a
+    view the others have left."""
+    ring = Ring(4)
+    a, b, c, d = ring.pids
+    engine = ring.engines[b]  # c, before the failed d in the ring, initiates; b takes part
+    for i in range(4):
+        ring.send(i, b"before")
+    ring.advance(1.0)
+    reformed: list[ViewId] = []
+    lost = [True]
+
+    def the_new_view_lost_to_b(src: str, dst: str, packet: object) -> bool:
+        if isinstance(packet, NewList) and packet.request_src is None and not reformed:
+            reformed.append(packet.new_view)
+        return lost[0] and dst == b and bool(reformed) and getattr(packet, "view", None) == reformed[0]
+
+    ring.drop = the_new_view_lost_to_b
+    ring.down.add(d)
+    assert ring.advance_until(lambda: engine.reformation.awaiting_commit, 30.0, step=0.01) is not None
+    assert ring.advance_until(lambda: ring.engines[a].views.current.view_id == reformed[0], 1.0) is not None
+    asked = engine.stats["hint_nacks_sent"]
+    later = ViewId(c, 99_999)  # the view after the reformed one, which b cannot know yet
+    ring.do(1, lambda e, now: e.receive_packet(Data(later, c, 10**9, QoS.TOTAL, None, b"later"), now))
+    assert ring.advance_until(lambda: engine.stats["hint_nacks_sent"] > asked, engine.config.nack_delay + 0.05)
+    lost[0] = False
+    committed = ring.advance_until(lambda: engine.views.current.view_id == reformed[0], 1.0)
+    assert committed is not None, engine.status()
+    assert engine.stats["reformations_started"] == 0, "b gave the reformation up and started its own"

@@ -140,6 +140,8 @@ class Reformation:
         self.outbox, self.stats = ctx.outbox, ctx.stats
         self.rng, self.view_counter, self.host = rng, view_counter, host
         self.version_seen: tuple[int, ProcessId] = (0, "")
+        self.version_view: ViewId | None = None
+        """The view ``version_seen`` was counted in."""
         self.participation: Participation | None = None
         self.initiation: Initiation | None = None
         self.restart_deadline: float | None = None
@@ -203,8 +205,17 @@ class Reformation:
         self.stats["suspected_" + why] += 1
         self._start(now)
 
+    def _seen(self) -> tuple[int, ProcessId]:
+        """The highest reformation (version, initiator) seen in the current view.  Versions order the reformations
+        of one view, and a Recovery Start counts only in its own view; a view installed since starts them afresh,
+        so a member that joined later, whose count starts at zero, is not refused for counts the others kept."""
+        if self.version_view != self._view_id:
+            self.version_view = self._view_id
+            self.version_seen = (0, "")
+        return self.version_seen
+
     def _start(self, now: float) -> None:
-        version = self.version_seen[0] + 1
+        version = self._seen()[0] + 1
         self.version_seen = (version, self.pid)
         self.participation = None
         self.restart_deadline = None
@@ -365,7 +376,7 @@ class Reformation:
         if start.view != self._view_id or self.pid not in start.members or self.host.departed:
             return
         key = (start.version, start.src)
-        if key < self.version_seen:
+        if key < self._seen():
             self._unicast(start.src, RecoveryAbort(self._view_id, self.pid, start.version, SUPERSEDED), now)
             return
         if key > self.version_seen:

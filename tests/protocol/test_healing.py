@@ -301,3 +301,25 @@ def test_a_member_that_missed_every_packet_of_a_reformed_view_asks_and_commits_i
     committed = ring.advance_until(lambda: engine.views.current.view_id == reformed[0], 1.0)
     assert committed is not None, engine.status()
     assert engine.stats["reformations_started"] == 0, "b gave the reformation up and started its own"
+
+
+def test_a_member_that_joined_after_a_reformation_is_not_refused_for_the_versions_before_it() -> None:
+    """Reformations of one view are ordered by (version, initiator), and a member refuses a Recovery Start below
+    the highest it has seen.  A member admitted after a reformation counts from zero; had the others kept their
+    counts from the view before, its first reformation would have been refused, and each retry, one version
+    higher after a backoff, until it passed theirs."""
+    net = formed(4)
+    a = net.pids[0]
+    net.down.add(a)  # d, before a in the ring, reforms without it: everyone left has seen (1, d)
+    assert net.advance_until(lambda: one_view(net, [1, 2, 3]), 30.0, step=0.01) is not None
+    restart_in_place(net, 0, net[1].config, 11)
+    net.do(0, lambda p, now: p.join("g", now))
+    assert net.advance_until(lambda: one_view(net, [0, 1, 2, 3]), 30.0, step=0.01) is not None
+    view = net[0].view("g")
+    assert view is not None
+    after_a = view.next_after(a)  # silent next: a is the one to notice and reform
+    net.down.add(after_a)
+    rest = [i for i in range(4) if net.pids[i] != after_a]
+    assert net.advance_until(lambda: one_view(net, rest), 30.0, step=0.01) is not None
+    assert net[0].counters()["reformations_started"] >= 1, "a, before the silent member in the ring, reformed"
+    assert net[0].counters()["reformations_aborted"] == 0, "a's reformation was refused"

@@ -146,8 +146,7 @@ class PacketIntake:
                 # packet of a view that went on beside ours (the other side of a split, a view we merge into
                 # later) would otherwise be ordered again here, at another place than there.  A source never
                 # reuses a sequence number (a rejoin goes on from its last, a restart starts above), so (source,
-                # sequence number) names one packet, whoever made the view it is stamped with: a member that
-                # joined after that view's creator failed never knew it, and must still take what its order holds.
+                # sequence number) names one packet.
                 self.stats["data_of_earlier_view"] += 1
                 if self.config.journal:
                     self.outbox.record_packet("recv", packet, now)
@@ -210,13 +209,13 @@ class PacketIntake:
             self._progress(now)
 
     def takes_earlier_data(self, packet: Data) -> bool:
-        """Is ``packet``, stamped with a view this member does not know, one it takes all the same: reliable, and
-        ordered by an ACK this member holds, or sent in a view of our group's history (``_of_our_lineage``) and
-        named by the sync point of the reformation under way (``receive_packet`` says why)."""
+        """Is ``packet``, stamped with a view this member does not know, one it takes all the same: sent in a view
+        of our group's history before ours, and ordered by an ACK this member holds or named by the sync point of
+        the reformation under way (``receive_packet`` says why)."""
         return (not self.departed and packet.qos.level != Level.UNRELIABLE and packet.view is not None
+                and self._of_our_lineage(packet.view.creator)
                 and (self.ordering.q.ts_of((packet.src, packet.seq)) is not None
-                     or (self.frozen and self._of_our_lineage(packet.view.creator)
-                         and self.reformation.names(packet.src, packet.seq))))
+                     or (self.frozen and self.reformation.names(packet.src, packet.seq))))
 
     def witness_of_unknown_view(self, packet: Packet) -> ProcessId | None:
         """A member of our view that can tell us about the view ``packet`` is stamped with (``Views.witness``)."""

@@ -91,7 +91,7 @@ KEYED_RESTARTS = SimConfig(members=4, senders=3, messages=40, loss=0.1, restarts
 """``rmp sim --keys`` with a restart: the applications resend what was in flight, as programs would (the paper's
 window, whose slower start leaves messages in flight at these seeds' restarts)."""
 KEYED: tuple[tuple[type[GroupEngine], SimConfig, range], ...] = (
-    (GroupEngine, KEYED_RESTARTS, range(27, 29)),
+    (GroupEngine, KEYED_RESTARTS, range(114, 116)),
     (SendsKeyedAndResends, replace(CLEAN, keys=True), range(1, 3)),
     (SendsKeyedAndResends, replace(MEMBERSHIP, keys=True), range(1, 2)),
     (ForgetsKeys, replace(CLEAN, keys=True), range(1, 2)),

@@ -222,27 +222,6 @@ def test_during_a_reformation_only_data_its_sync_point_names_is_taken_from_a_vie
     assert (a, next_of_a + 5) not in engine.ordering.data
 
 
-def test_data_an_ack_we_hold_orders_is_taken_whoever_made_the_view_it_is_stamped_with() -> None:
-    """A packet keeps the view it was first sent in through every resend, and a reformation may order it again
-    views later, when the process that made that view has failed and members have joined that never knew it.  The
-    ACK that orders (source, sequence number) vouches for the packet: a member that held back such a packet for its
-    unknown view's creator never got it, and no reformation could reach a sync point past it."""
-    ring = Ring(3)
-    a, _, c = ring.pids
-    engine = ring.engines[c]
-    ring.drop = lambda src, dst, packet: dst == c and isinstance(packet, Data)  # c hears the ACKs only
-    seq = ring.send(0, b"kept")
-    assert seq is not None
-    key = (a, seq)
-    assert ring.advance_until(lambda: engine.ordering.q.ts_of(key) is not None, 5.0) is not None
-    assert key not in engine.ordering.data
-    before = engine.stats["data_of_earlier_view"]
-    gone = ViewId("10.0.0.9:7000", 5)  # made by a process c never knew, a member before c joined
-    ring.do(2, lambda e, now: e.receive_packet(Data(gone, a, seq, QoS.TOTAL, None, b"kept"), now))
-    assert engine.stats["data_of_earlier_view"] == before + 1
-    assert ring.advance_until(lambda: b"kept" in ring.delivered(2), 5.0) is not None
-
-
 def test_a_view_never_orders_unordered_data_of_a_source_it_left_out() -> None:
     """A member cut off by a partition orders its own unordered messages again on its side.  The other side had
     taken the same packets (its resends, in the view both shared) while reforming; had its new view, which lacks

@@ -9,8 +9,9 @@ newest ACK known here, and after ``STALL_NACKS`` of them the member suspects a f
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Hashable, Sequence
 from itertools import islice
+from typing import Generic, TypeVar
 
 from .context import GroupContext
 from .flow import RttEstimator
@@ -35,6 +36,43 @@ HELD_RUNS = 32
 """Runs of unordered packets held that one NACK reports at most (``Nack.held``)."""
 
 
+K = TypeVar("K", bound=Hashable)
+
+
+class AskTimes(Generic[K]):
+    """When each packet still missing was last asked for, and how many times: a NACK lists a packet again only
+    once the wait for the answer to its own last request is over (``Repair.nack_retry_after`` of its own count).
+
+    A NACK lists every packet missing, and one that names no one is answered privately by two holders; if each NACK
+    asked again for every packet, a requester whose own link queues (answers on their way, not lost) would have
+    each hole resent to it once per NACK, by two holders, into that same queue, and the queue would grow with every
+    hole behind it.  Timed per packet, a packet is asked for again as often as a packet alone would be, however
+    many others are missing beside it."""
+
+    def __init__(self) -> None:
+        self.asks: dict[K, tuple[float, int]] = {}
+        """Per packet asked for: when it was last asked for, and how many times."""
+
+    def due(self, keys: Sequence[K], now: float, retry_after: Callable[[int], float]) -> list[K]:
+        """Those of ``keys`` not asked for yet or whose last request has waited its retry time; the rest are
+        forgotten (no longer missing, or beyond what one NACK lists)."""
+        asks = self.asks
+        if len(asks) > len(keys):
+            self.asks = asks = {key: asks[key] for key in keys if key in asks}
+        return [key for key in keys if (ask := asks.get(key)) is None or now >= ask[0] + retry_after(ask[1] - 1)]
+
+    def asked(self, keys: Sequence[K], now: float) -> None:
+        asks = self.asks
+        for key in keys:
+            ask = asks.get(key)
+            asks[key] = (now, 1 if ask is None else ask[1] + 1)
+
+    def next_due(self, keys: Sequence[K], retry_after: Callable[[int], float]) -> float | None:
+        """When the first of ``keys`` (all asked for) is due again."""
+        asks = self.asks
+        return min((asks[key][0] + retry_after(asks[key][1] - 1) for key in keys if key in asks), default=None)
+
+
 class Repair:
     """Everything one member asks others for, and answers them."""
 
@@ -53,8 +91,12 @@ class Repair:
         self.nack_rtt = RttEstimator(config.nack_timeout, config.rto_min, config.nack_timeout)
         """First NACK for a hole -> the hole filled: how soon to NACK a hole, and to NACK it again."""
         self.nack_first_at: float | None = None
-        """When the current hole was first NACKed (None: not yet); its answer times the round trip only while that
-        NACK was not resent (``nack_tries`` is 1: Karn's rule)."""
+        """When the first NACK since the first missing timestamp last moved was sent (None: none yet)."""
+        self.hole_asks: AskTimes[int] = AskTimes()
+        """Per missing timestamp, its requests; the first hole's answer times the round trip only when it was asked
+        for once (Karn's rule)."""
+        self.gap_asks: AskTimes[tuple[ProcessId, int]] = AskTimes()
+        """Per (source, sequence number) of a source's gap, its requests (``ask_sources``)."""
         self.multicast_resends: dict[tuple[int, ProcessId | None, int], float] = {}
         """When each packet was last multicast again for a NACK, keyed by (timestamp, None, 0) for what the
         OrderingQ holds and (-1, src, seq) for unordered data: see ``answer``.  (Not one key for a packet named
@@ -110,8 +152,9 @@ class Repair:
 
     def hole_filled(self, now: float) -> None:
         """The first missing timestamp moved on: time the NACK that asked for it, and start afresh on the next."""
-        if self.nack_tries == 1 and self.nack_first_at is not None:
-            self.nack_rtt.sample(now - self.nack_first_at)
+        first = self.hole_asks.asks.get(self.nack_contig + 1)
+        if first is not None:
+            self.nack_rtt.sample(now - first[0])
         self.nack_contig = self.ordering.q.contig
         self.nack_tries = 0
         self.nack.stop()
@@ -125,10 +168,11 @@ class Repair:
         neither waits for a resent pass nor inflates the pass round trip.  Lost, not late: we hold a later packet
         of the same source, and a source's packets travel in order (a reordering on the way would cost one
         needless resend, and its NACK would halve the source's window).  Only the last ``NAMED_HOLE_SCAN`` slots
-        are looked at, so a member far behind does not scan its whole gap after every datagram."""
+        are looked at, so a member far behind does not scan its whole gap after every datagram.  A first hole
+        already asked for waits for its own retry time (``AskTimes``) like any other."""
         target = self.token.accept_target
         q = self.ordering.q
-        if target is None or self.nack_tries or q.contig >= target[1]:
+        if target is None or q.contig >= target[1] or q.contig + 1 in self.hole_asks.asks:
             return False
         slots = q.slots
         lacking: set[ProcessId] = set()
@@ -172,11 +216,17 @@ class Repair:
             self.nack.stop()
             if not missing:
                 return
+            holes = missing
+            missing = self.hole_asks.due(holes, now, self.nack_retry_after)
+            if missing:
+                self.hole_asks.asked(missing, now)
+            self.nack.deadline = self.hole_asks.next_due(holes, self.nack_retry_after)
+            if not missing:
+                return
             tries = self.nack_tries
             self.nack_tries += 1
             if tries == 0:
                 self.nack_first_at = now
-            self.nack.deadline = now + self.nack_retry_after(tries)
         self.emit(now, self.nack_target(tries, tail=tail), tail=tail, missing=missing)
 
     def watch_source_gaps(self, now: float, frozen: bool) -> None:
@@ -198,13 +248,18 @@ class Repair:
         and the next site cannot accept the token until it holds what an ACK ordered: asked for only then, the
         repair is a round trip on the ring's path at every pass; asked for on arrival, it is most often done
         before the token comes (docs/protocol.md, "NACKs")."""
-        gaps = self.ordering.source_gaps(self.gappy, self.views.current, self.config.nack_response_limit)
-        if not gaps:
+        known = self.ordering.source_gaps(self.gappy, self.views.current, self.config.nack_response_limit)
+        if not known:
             self.gap.stop()
+            return
+        gaps = self.gap_asks.due(known, now, self.nack_retry_after)
+        if gaps:
+            self.gap_asks.asked(gaps, now)
+        self.gap.deadline = self.gap_asks.next_due(known, self.nack_retry_after)
+        if not gaps:
             return
         tries = self.gap_tries
         self.gap_tries += 1
-        self.gap.deadline = now + self.nack_retry_after(tries)
         source = gaps[0][0]
         target = source if tries < self.config.nack_rotate and source in self.views.current else None
         self.stats["gap_nacks_sent"] += 1

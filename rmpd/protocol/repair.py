@@ -89,12 +89,16 @@ class Repair:
         self.nack = Deadline()
         self.nack_tries = 0
         self.nack_rtt = RttEstimator(config.nack_timeout, config.rto_min, config.nack_timeout)
-        """First NACK for a hole -> the hole filled: how soon to NACK a hole, and to NACK it again."""
+        """The last request for the first hole -> that hole filled, resent or not (docs/protocol.md, "NACKs"):
+        how soon to NACK a hole, and to NACK it again.  Karn's rule (holes asked for once only) would time only the
+        answers that came before any retry, so an answer slower than the retry time (behind a queue on our own
+        link) would never be seen and the retries would never slow; from the last request a sample is a lower
+        bound, exact when the retry time is longer than the answer takes, and it grows past a shorter retry time as
+        a hole's retries double."""
         self.nack_first_at: float | None = None
         """When the first NACK since the first missing timestamp last moved was sent (None: none yet)."""
         self.hole_asks: AskTimes[int] = AskTimes()
-        """Per missing timestamp, its requests; the first hole's answer times the round trip only when it was asked
-        for once (Karn's rule)."""
+        """Per missing timestamp, its requests."""
         self.gap_asks: AskTimes[tuple[ProcessId, int]] = AskTimes()
         """Per (source, sequence number) of a source's gap, its requests (``ask_sources``)."""
         self.multicast_resends: dict[tuple[int, ProcessId | None, int], float] = {}

@@ -403,7 +403,10 @@ class GroupEngine(PacketIntake, MembershipEnding, ReformationSide):
 
     def _null_due(self, now: float) -> None:
         if self.token.null_due():
-            self.rotation.send_ack((), self.token.incoming_quiet + 1, now)
+            # The count only says whether a round of NULL ACKs is complete; one from the wire may be any uint64, so
+            # it is capped at the ring's size before counting on (past the wire's range it could not be sent).
+            quiet = min(self.token.incoming_quiet, self.views.current.size) + 1
+            self.rotation.send_ack((), quiet, now)
 
     def _request_due(self, now: float) -> None:
         if not self.changes.resend(now):

@@ -53,24 +53,22 @@ class AskTimes(Generic[K]):
         self.asks: dict[K, tuple[float, int]] = {}
         """Per packet asked for: when it was last asked for, and how many times."""
 
-    def due(self, keys: Sequence[K], now: float, retry_after: Callable[[int], float]) -> list[K]:
-        """Those of ``keys`` not asked for yet or whose last request has waited its retry time; the rest are
-        forgotten (no longer missing, or beyond what one NACK lists)."""
+    def ask(self, keys: Sequence[K], now: float, retry_after: Callable[[int], float]) -> tuple[list[K], float]:
+        """Of ``keys`` (all that is missing, as far as one NACK lists), those to ask for now: not asked for yet, or
+        whose last request has waited ``retry_after`` of its count of earlier ones.  They count as asked for now;
+        what is not among ``keys`` any more is forgotten.  Also when the first of ``keys`` (not empty) is due again."""
         asks = self.asks
         if len(asks) > len(keys):
             self.asks = asks = {key: asks[key] for key in keys if key in asks}
-        return [key for key in keys if (ask := asks.get(key)) is None or now >= ask[0] + retry_after(ask[1] - 1)]
-
-    def asked(self, keys: Sequence[K], now: float) -> None:
-        asks = self.asks
-        for key in keys:
+        due = [key for key in keys if (ask := asks.get(key)) is None or now >= ask[0] + retry_after(ask[1] - 1)]
+        for key in due:
             ask = asks.get(key)
             asks[key] = (now, 1 if ask is None else ask[1] + 1)
+        return due, min(asks[key][0] + retry_after(asks[key][1] - 1) for key in keys)
 
-    def next_due(self, keys: Sequence[K], retry_after: Callable[[int], float]) -> float | None:
-        """When the first of ``keys`` (all asked for) is due again."""
-        asks = self.asks
-        return min((asks[key][0] + retry_after(asks[key][1] - 1) for key in keys if key in asks), default=None)
+    def last_asked(self, key: K) -> float | None:
+        ask = self.asks.get(key)
+        return None if ask is None else ask[0]
 
 
 class Repair:
@@ -156,9 +154,9 @@ class Repair:
 
     def hole_filled(self, now: float) -> None:
         """The first missing timestamp moved on: time the NACK that asked for it, and start afresh on the next."""
-        first = self.hole_asks.asks.get(self.nack_contig + 1)
-        if first is not None:
-            self.nack_rtt.sample(now - first[0])
+        asked_at = self.hole_asks.last_asked(self.nack_contig + 1)
+        if asked_at is not None:
+            self.nack_rtt.sample(now - asked_at)
         self.nack_contig = self.ordering.q.contig
         self.nack_tries = 0
         self.nack.stop()
@@ -176,7 +174,7 @@ class Repair:
         already asked for waits for its own retry time (``AskTimes``) like any other."""
         target = self.token.accept_target
         q = self.ordering.q
-        if target is None or q.contig >= target[1] or q.contig + 1 in self.hole_asks.asks:
+        if target is None or q.contig >= target[1] or self.hole_asks.last_asked(q.contig + 1) is not None:
             return False
         slots = q.slots
         lacking: set[ProcessId] = set()
@@ -224,11 +222,7 @@ class Repair:
             self.nack.stop()
             if not missing:
                 return
-            holes = missing
-            missing = self.hole_asks.due(holes, now, self.nack_retry_after)
-            if missing:
-                self.hole_asks.asked(missing, now)
-            self.nack.deadline = self.hole_asks.next_due(holes, self.nack_retry_after)
+            missing, self.nack.deadline = self.hole_asks.ask(missing, now, self.nack_retry_after)
             if not missing:
                 return
             tries = self.nack_tries
@@ -260,10 +254,7 @@ class Repair:
         if not known:
             self.gap.stop()
             return
-        gaps = self.gap_asks.due(known, now, self.nack_retry_after)
-        if gaps:
-            self.gap_asks.asked(gaps, now)
-        self.gap.deadline = self.gap_asks.next_due(known, self.nack_retry_after)
+        gaps, self.gap.deadline = self.gap_asks.ask(known, now, self.nack_retry_after)
         if not gaps:
             return
         tries = self.gap_tries

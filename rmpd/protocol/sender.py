@@ -43,6 +43,11 @@ class Sender:
         self.data_rtt = RttEstimator(config.rto_initial, config.rto_min, config.rto_max,
                                      self.window.timer_deviation_floor)
         """Send -> ordering time of our own packets: the data retransmission timer."""
+        self.backed_off = 0.0
+        """The data timer's interval after its last expiry, kept by every restart until a packet sent once is
+        ordered (Karn's algorithm): a resent packet gives no sample, so a timer started below the path's round
+        trip, and set back to it at each ACK, would resend the first packets before any is ordered and never learn
+        a longer one."""
         self.first_sent: dict[int, float] = {}
         """When each outstanding packet of ours was sent, for packets not retransmitted (Karn's rule)."""
         self.passing: list[tuple[int, float | None]] = []
@@ -167,8 +172,14 @@ class Sender:
             self.window.sent(packet.size)
 
     def _start_rto(self, now: float) -> None:
-        self.rto.initial = self.data_rtt.rto
+        self.rto.initial = max(self.data_rtt.rto, self.backed_off)
         self.rto.start(now)
+
+    def _sample(self, rtt: float) -> None:
+        """A packet sent once was ordered ``rtt`` after it was sent: the data timer's round trip, and the end of
+        the interval backed off before it (``backed_off``)."""
+        self.data_rtt.sample(rtt)
+        self.backed_off = 0.0
 
     def data_timer_due(self, now: float, multicast: Callable[[Data, float], object]) -> bool:
         """The data timer expired: retransmit (``retransmit``); False, with the timer stopped, when its retries
@@ -199,17 +210,19 @@ class Sender:
             self.first_sent.pop(packet.seq, None)
             multicast(packet, now)
         self.rto.back_off(now)
+        self.backed_off = self.rto.interval
 
     def ring_moved(self, now: float) -> None:
         """A new ACK: the ring is ordering, so our packets are waiting their turn (at the latest the token reaches
-        us and we order them ourselves), not lost; the data timer measures a ring that stopped moving."""
-        if self.outstanding and self.rto.deadline is not None:
-            self._start_rto(now)
+        us and we order them ourselves), not lost; the data timer measures a ring that stopped moving.  It restarts
+        after the samples this ACK gives (``_passed``), so that they set its interval."""
         if self.passing:
             if self.passing_acked:
                 self._passed(now)
             else:
                 self.passing_acked = True
+        if self.outstanding and self.rto.deadline is not None:
+            self._start_rto(now)
 
     def pass_arrived(self, now: float) -> None:
         """The next site has our pass (its NACK sent knowing of it), so every packet our ACK ordered has left our
@@ -232,7 +245,7 @@ class Sender:
             sample: DelaySample | None = None
             if sent_at is not None:
                 sample = (site, now - sent_at, 0.0)
-                self.data_rtt.sample(now - sent_at)
+                self._sample(now - sent_at)
             self.window.ordered(size, now, sample)
         self.passing.clear()
         self.passing_acked = False
@@ -260,7 +273,7 @@ class Sender:
             if sent_at is not None and site is not None:
                 if waited is not None:
                     sample = (site, now - sent_at, waited)
-                self.data_rtt.sample(now - sent_at)
+                self._sample(now - sent_at)
             self.window.ordered(packet.size, now, sample)
         if self.outstanding:
             self._start_rto(now)

@@ -529,25 +529,30 @@ def test_the_delay_windows_data_timer_waits_a_deviation_of_target_over_a_steady_
 
 
 def transfer_over_rated_links(members: int, *, rate: float = 1_250_000.0, messages: int = 1000,
-                              jitter: float = 0.0002) -> tuple[float, int]:
-    """Member 0 transfers ``messages`` total-order messages of 1,000 bytes to the others, every member's datagrams
-    leaving through a link of ``rate`` bytes a second (one FIFO: data, ACKs and confirms alike, as in a tbf
-    qdisc), each arriving 0.2 ms plus a seeded exponential ``jitter`` later.  The sender's client keeps two
-    packets queued.  Returns (seconds until every member delivered everything, the sender's timeouts)."""
+                              jitter: float = 0.0002, senders: int = 1, backlog: int = 2,
+                              ports: bool = False) -> tuple[float, int, int]:
+    """The first ``senders`` members each transfer ``messages`` total-order messages of 1,000 bytes to the others,
+    every member's datagrams leaving through a link of ``rate`` bytes a second (one FIFO: data, ACKs and confirms
+    alike, as in a tbf qdisc) and, with ``ports``, reaching each member through another (a switch's port to it,
+    which several senders share), each arriving 0.2 ms plus a seeded exponential ``jitter`` later.  Each sender's
+    client keeps ``backlog`` packets queued.  Returns (seconds until every member delivered everything, the
+    senders' timeouts, the senders' data retransmissions)."""
     ring = Ring(members, EngineConfig(congestion="delay", min_packet=1342, max_packet=16384, journal=False))
-    engines, pids, sender = ring.engines, ring.pids, ring[0]
+    engines, pids = ring.engines, ring.pids
+    sending = pids[:senders]
     rng = random.Random(1)
     link_free = dict.fromkeys(pids, 0.0)
+    port_free = dict.fromkeys(pids, 0.0)
     arrivals: list[tuple[float, int, str, bytes | None, str]] = []
     order = itertools.count()
     delivered = dict.fromkeys(pids, 0)
-    queued = 0
+    queued = dict.fromkeys(sending, 0)
 
-    def top_up(now: float) -> None:
-        nonlocal queued
-        while queued < messages and len(sender.sender.send_queue) < 2:
-            sender.send(bytes([queued % 256]) * 1000, QoS.TOTAL, now)
-            queued += 1
+    def top_up(pid: str, now: float) -> None:
+        engine = engines[pid]
+        while queued[pid] < messages and len(engine.sender.send_queue) < backlog:
+            engine.send(bytes([queued[pid] % 256]) * 1000, QoS.TOTAL, now)
+            queued[pid] += 1
 
     def take(pid: str, now: float) -> None:
         out = engines[pid].take_outputs(deadline=False)
@@ -555,14 +560,20 @@ def transfer_over_rated_links(members: int, *, rate: float = 1_250_000.0, messag
         for tx in out.datagrams:
             link_free[pid] = max(now, link_free[pid]) + len(tx.data) / rate
             for dst in [p for p in pids if p != pid] if tx.dest is None else [tx.dest]:
-                heapq.heappush(arrivals, (link_free[pid] + 0.0002 + rng.expovariate(1 / jitter), next(order), dst,
+                arrival = link_free[pid]
+                if ports:  # each IP fragment is forwarded as it comes: an idle port ends one fragment after the link
+                    port_free[dst] = max(port_free[dst] + len(tx.data) / rate,
+                                         link_free[pid] + min(len(tx.data), 1500) / rate)
+                    arrival = port_free[dst]
+                heapq.heappush(arrivals, (arrival + 0.0002 + rng.expovariate(1 / jitter), next(order), dst,
                                           tx.data, pid))
         deadline = engines[pid].get_timer()
         if deadline is not None:
             heapq.heappush(arrivals, (max(deadline, now), next(order), pid, None, pid))
 
     ring.wire.clear()
-    top_up(0.0)
+    for pid in sending:
+        top_up(pid, 0.0)
     for pid in pids:
         take(pid, 0.0)
     now = 0.0
@@ -572,12 +583,13 @@ def transfer_over_rated_links(members: int, *, rate: float = 1_250_000.0, messag
             engines[pid].receive_datagram(data, src, now)
         elif (deadline := engines[pid].get_timer()) is not None and deadline <= now:
             engines[pid].handle_timer(now)
-        if pid == pids[0]:
-            top_up(now)
+        if pid in queued:
+            top_up(pid, now)
         take(pid, now)
-        if all(count == messages for count in delivered.values()):
+        if all(count == messages * senders for count in delivered.values()):
             break
-    return now, sender.stats["window_halved_timeout"]
+    return (now, sum(engines[pid].stats["window_halved_timeout"] for pid in sending),
+            sum(engines[pid].stats["data_retransmits"] for pid in sending))
 
 
 @pytest.mark.parametrize("destinations", [1, 2, 4])
@@ -585,9 +597,19 @@ def test_delay_window_fills_a_rated_link_to_any_number_of_destinations(destinati
     """The engines themselves over rated links: the transfer keeps the sender's link busy (0.9 of it or more,
     with every header and control packet on the same link) and the data timer quiet, whatever the number of
     destinations, and never stalls while the token site's own packets wait for the next site's ACK."""
-    seconds, timeouts = transfer_over_rated_links(destinations + 1)
+    seconds, timeouts, _ = transfer_over_rated_links(destinations + 1)
     assert 1000 * 1000 / 1_250_000.0 / seconds >= 0.9
     assert timeouts <= 3
+
+
+def test_a_data_timer_started_below_the_round_trip_learns_it_after_a_few_resends() -> None:
+    """Three senders start at once over rated links, and their first packets take tens of ms to be ordered, far
+    above the data timer's first interval.  The interval backed off at an expiry is kept by the restarts at each
+    ACK until a packet sent once is ordered (Karn's algorithm), so a few resends teach the timer the path; set
+    back to the first interval at every ACK, it resent most of the first windows and sampled none of them."""
+    seconds, _, resends = transfer_over_rated_links(5, senders=3, backlog=16, ports=True)
+    assert 3 * 1000 * 1000 / 1_250_000.0 / seconds >= 0.9
+    assert resends <= 12
 
 
 def test_a_busy_link_holds_new_packets_and_resends_and_is_never_taken_for_a_failure() -> None:

@@ -47,7 +47,8 @@ class Sender:
         """The data timer's interval after its last expiry, kept by every restart until a packet sent once is
         ordered (Karn's algorithm): a resent packet gives no sample, so a timer started below the path's round
         trip, and set back to it at each ACK, would resend the first packets before any is ordered and never learn
-        a longer one."""
+        a longer one.  A member silent for good is still found by its Alives' absence (liveness), whatever this
+        timer's interval."""
         self.first_sent: dict[int, float] = {}
         """When each outstanding packet of ours was sent, for packets not retransmitted (Karn's rule)."""
         self.passing: list[tuple[int, float | None]] = []
@@ -288,5 +289,8 @@ class Sender:
             self.stats["window_halved_nack"] += 1
 
     def unfreeze(self, now: float) -> None:
+        """A reformation ended: a new ring, whose timer starts from the round trip, not from the expiries that
+        found the old ring's failure."""
+        self.backed_off = 0.0
         if self.outstanding:
-            self.rto.start(now)
+            self._start_rto(now)

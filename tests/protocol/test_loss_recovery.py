@@ -6,6 +6,7 @@ well before the timer that would otherwise have repaired it.
 
 from __future__ import annotations
 
+import itertools
 import random
 from collections import Counter
 
@@ -253,3 +254,26 @@ def test_a_member_whose_link_queues_is_not_sent_each_hole_once_per_nack() -> Non
     per_hole, delivered = _copies_to_a_queued_member(0.15, 60, 0.001)
     assert delivered == 60
     assert per_hole <= 2.5, per_hole  # 4.1 when every NACK asked again for every hole
+
+
+def test_a_repair_that_keeps_failing_is_asked_for_again_within_four_nack_timeouts() -> None:
+    """However many requests for a packet went unanswered, the next one waits at most four times ``nack_timeout``:
+    under random loss a failed repair says nothing about the next one, and the ring waits on it meanwhile."""
+    config = EngineConfig(journal=True)
+    ring = Ring(3, config)
+    c = ring.pids[2]
+    cut_until = 1.5
+
+    def lose_every_copy_to_c(src: str, dst: str, p: object) -> bool:
+        return dst == c and isinstance(p, Data) and ring.now < cut_until
+
+    ring.drop = lose_every_copy_to_c
+    ring.send(1, b"held")
+    assert ring.advance_until(lambda: ring.now >= cut_until, 2.0, step=0.001) is not None
+    nack_times = sorted({t for (src, _, p), t in zip(ring.log, ring.log_times, strict=True)
+                         if src == c and isinstance(p, Nack) and p.missing})
+    gaps = [later - earlier for earlier, later in itertools.pairwise(nack_times)]
+    assert len(nack_times) >= 10, nack_times
+    assert max(gaps) <= 4 * config.nack_timeout + 0.002, gaps
+    assert ring.advance_until(lambda: ring.delivered(2) == [b"held"], 4 * config.nack_timeout + 0.01) is not None
+    assert len(ring.views(2)) == 1 and set(ring.engines[c].views.current.members) == set(ring.pids)

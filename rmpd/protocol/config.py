@@ -24,9 +24,9 @@ class EngineConfig:
     """Wait at most this long after spotting a hole before the first NACK, so a merely reordered packet is not asked
     for; once NACKs have been answered, the wait is their smoothed round trip (at least ``rto_min``)."""
     nack_timeout: float = 0.02
-    """Resend an unanswered NACK after at most this long (doubling once it names no site), sooner when answered
-    NACKs show a shorter round trip (its timeout, at least ``rto_min``).  Short, because the next token site waits
-    for the packets it asks for, and with it the whole ring."""
+    """Resend an unanswered NACK after at most this long (doubling once it names no site, up to four times this),
+    sooner when answered NACKs show a shorter round trip (its timeout, at least ``rto_min``).  Short, because the
+    next token site waits for the packets it asks for, and with it the whole ring."""
     nack_rotate: int = 3
     """After this many unanswered NACKs a NACK names no site, so any site holding the packets answers."""
     stall_timeout: float = 1.5
